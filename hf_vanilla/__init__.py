@@ -1,0 +1,51 @@
+"""hf_vanilla: the transformer of "Attention Is All You Need" as first-class Hugging Face models."""
+
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForMaskedLM,
+    AutoModelForQuestionAnswering,
+    AutoModelForSeq2SeqLM,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+)
+
+from .configuration_vanilla import PRESETS, VanillaConfig
+from .modeling_vanilla import (
+    VanillaForCausalLM,
+    VanillaForMaskedLM,
+    VanillaForQuestionAnswering,
+    VanillaForSeq2SeqLM,
+    VanillaForSequenceClassification,
+    VanillaForTokenClassification,
+    VanillaModel,
+    VanillaPreTrainedModel,
+)
+
+__version__ = "0.1.0"
+
+AutoConfig.register(VanillaConfig.model_type, VanillaConfig, exist_ok=True)
+for _auto, _model in (
+    (AutoModel, VanillaModel),
+    (AutoModelForCausalLM, VanillaForCausalLM),
+    (AutoModelForMaskedLM, VanillaForMaskedLM),
+    (AutoModelForSeq2SeqLM, VanillaForSeq2SeqLM),
+    (AutoModelForSequenceClassification, VanillaForSequenceClassification),
+    (AutoModelForTokenClassification, VanillaForTokenClassification),
+    (AutoModelForQuestionAnswering, VanillaForQuestionAnswering),
+):
+    _auto.register(VanillaConfig, _model, exist_ok=True)
+
+__all__ = [
+    "PRESETS",
+    "VanillaConfig",
+    "VanillaPreTrainedModel",
+    "VanillaModel",
+    "VanillaForCausalLM",
+    "VanillaForMaskedLM",
+    "VanillaForSeq2SeqLM",
+    "VanillaForSequenceClassification",
+    "VanillaForTokenClassification",
+    "VanillaForQuestionAnswering",
+]

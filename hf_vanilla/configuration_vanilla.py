@@ -1,0 +1,313 @@
+"""VanillaConfig: one configuration for the encoder, decoder and encoder-decoder transformer.
+
+The defaults are the paper's base model (Vaswani et al. 2017, table 3): an encoder-decoder with
+d_model=512, 6+6 layers, 8 heads, d_ff=2048, ReLU, post-norm residual blocks, sinusoidal positions,
+dropout 0.1, embeddings scaled by sqrt(d_model) and shared with the output projection.
+
+Every option is validated when the config is built, so a bad combination fails here, with the
+field and the allowed values named, and never deep inside a forward pass.
+
+This file travels to the Hub with the model: it imports only transformers and the standard library.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, ClassVar
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+from transformers.activations import ACT2FN
+
+ARCHITECTURES = ("encoder", "decoder", "encoder-decoder")
+POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned", "rope", "alibi", "relative", "none")
+NORM_POSITIONS = ("pre", "post")
+NORM_TYPES = ("layernorm", "rmsnorm")
+SINUSOIDAL_LAYOUTS = ("interleaved", "concatenated")
+CLASSIFIER_POOLINGS = ("first", "last", "mean")
+
+# Which families each task head can sit on; checked at config time (via `architectures`) and at model init.
+HEAD_FAMILIES: dict[str, tuple[str, ...]] = {
+    "VanillaModel": ARCHITECTURES,
+    "VanillaForCausalLM": ("decoder",),
+    "VanillaForMaskedLM": ("encoder",),
+    "VanillaForSeq2SeqLM": ("encoder-decoder",),
+    "VanillaForSequenceClassification": ("encoder", "decoder"),
+    "VanillaForTokenClassification": ("encoder", "decoder"),
+    "VanillaForQuestionAnswering": ("encoder", "decoder"),
+}
+
+
+def _choice(field: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"VanillaConfig.{field}={value!r} is not supported; choose one of {', '.join(map(repr, allowed))}.")
+
+
+@strict(accept_kwargs=True)
+class VanillaConfig(PreTrainedConfig):
+    r"""Configuration of an hf_vanilla transformer.
+
+    Args:
+        architecture: ``"encoder"`` (BERT-like), ``"decoder"`` (GPT-like) or ``"encoder-decoder"``
+            (the original transformer; BART/Marian/T5-like).
+        vocab_size: token vocabulary, shared by encoder, decoder and output projection.
+        hidden_size: d_model.
+        intermediate_size: d_ff, the feed-forward width.
+        num_hidden_layers: depth of the encoder (or of the only stack).
+        num_decoder_layers: depth of the decoder of an encoder-decoder (defaults to ``num_hidden_layers``).
+        num_attention_heads: query heads.
+        num_key_value_heads: key/value heads; fewer than ``num_attention_heads`` gives grouped-query
+            attention (1 = multi-query). Defaults to ``num_attention_heads``.
+        head_dim: width of one head (defaults to ``hidden_size // num_attention_heads``).
+        hidden_act: FFN activation, any name in ``transformers.activations.ACT2FN`` (relu, gelu, silu, ...).
+        gated_ffn: gated linear unit FFN, ``act(x W_gate) * (x W_up)``: SwiGLU with silu, GEGLU with gelu.
+        position_embedding_type: ``"sinusoidal"``, ``"learned"``, ``"rope"``, ``"alibi"``, ``"relative"``
+            (T5 bucketed bias) or ``"none"``.
+        max_position_embeddings: learned positions available; for the other schemes the length the model
+            is meant for (sinusoidal, RoPE, ALiBi and relative bias extrapolate beyond it).
+        position_offset: index of position 0 in the position table (BART's learned table starts at 2).
+        sinusoidal_layout: ``"interleaved"`` (the paper: sin, cos, sin, ...) or ``"concatenated"``
+            (all sines then all cosines: tensor2tensor, Marian).
+        rope_parameters: RoPE settings (``rope_theta``, ``rope_type`` and scaling keys as in transformers).
+        relative_attention_num_buckets, relative_attention_max_distance: T5 relative bias buckets.
+        norm_position: ``"post"`` (the paper: x = norm(x + f(x))) or ``"pre"`` (x = x + f(norm(x))).
+        norm_type: ``"layernorm"`` or ``"rmsnorm"``.
+        norm_eps: epsilon of every norm. norm_bias: LayerNorm with an additive bias.
+        embedding_norm: a norm right after the embeddings (BERT, BART).
+        final_norm: a norm after the last block (defaults to True for pre-norm, False for post-norm).
+        scale_embedding: multiply token embeddings by sqrt(hidden_size), as in the paper.
+        attention_scale: factor on q.k; ``None`` means 1/sqrt(head_dim). T5 uses 1.0.
+        attention_bias: biases in the q/k/v/o projections. mlp_bias: biases in the FFN.
+        type_vocab_size: token-type (segment) embeddings, 0 for none (BERT uses 2).
+        hidden_dropout: residual, embedding and FFN-output dropout (the paper's P_drop).
+        attention_dropout: dropout on attention probabilities. activation_dropout: inside the FFN.
+        classifier_dropout: dropout before classification heads (defaults to ``hidden_dropout``).
+        lm_head_bias: a bias on the output projection (BERT's decoder bias, Marian/BART final_logits_bias).
+        lm_head_transform: BERT's dense + activation + norm between the last block and the output projection.
+        lm_head_scale: factor on the last hidden states before the output projection (T5: d_model**-0.5).
+        classifier_pooling: which token summarises a sequence for classification: ``"first"``
+            (the [CLS] token), ``"last"`` (last non-padding token, for decoders) or ``"mean"``.
+        pooler: BERT's dense + tanh over the pooled token before the classifier.
+        initializer_range: std of the normal initialisation.
+        tie_word_embeddings: share the output projection with the token embeddings.
+        use_cache: return a KV cache from decoder forwards.
+    """
+
+    model_type = "vanilla"
+    keys_to_ignore_at_inference: ClassVar[list[str]] = ["cache", "past_key_values"]
+    attribute_map: ClassVar[dict[str, str]] = {
+        "d_model": "hidden_size",
+        "n_layer": "num_hidden_layers",
+        "n_head": "num_attention_heads",
+        "dropout": "hidden_dropout",
+    }
+
+    architecture: str = "encoder-decoder"
+    vocab_size: int = 37000
+    hidden_size: int = 512
+    intermediate_size: int = 2048
+    num_hidden_layers: int = 6
+    num_decoder_layers: int | None = None
+    num_attention_heads: int = 8
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    hidden_act: str = "relu"
+    gated_ffn: bool = False
+    position_embedding_type: str = "sinusoidal"
+    max_position_embeddings: int = 512
+    position_offset: int = 0
+    sinusoidal_layout: str = "interleaved"
+    rope_parameters: dict | None = None
+    relative_attention_num_buckets: int = 32
+    relative_attention_max_distance: int = 128
+    norm_position: str = "post"
+    norm_type: str = "layernorm"
+    norm_eps: float = 1e-5
+    norm_bias: bool = True
+    embedding_norm: bool = False
+    final_norm: bool | None = None
+    scale_embedding: bool = True
+    attention_scale: float | None = None
+    attention_bias: bool = True
+    mlp_bias: bool = True
+    type_vocab_size: int = 0
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    classifier_dropout: float | None = None
+    lm_head_bias: bool = False
+    lm_head_transform: bool = False
+    lm_head_scale: float = 1.0
+    classifier_pooling: str | None = None
+    pooler: bool = False
+    initializer_range: float = 0.02
+    tie_word_embeddings: bool = True
+    use_cache: bool = True
+    is_encoder_decoder: bool = False
+    is_decoder: bool = False
+    add_cross_attention: bool = False
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = 1
+    eos_token_id: int | list[int] | None = 2
+    decoder_start_token_id: int | None = None
+
+    def __post_init__(self, **kwargs):
+        _choice("architecture", self.architecture, ARCHITECTURES)
+        # Derived from the family, never set independently: the three must agree.
+        self.is_encoder_decoder = self.architecture == "encoder-decoder"
+        self.is_decoder = self.architecture == "decoder"
+        self.add_cross_attention = self.is_encoder_decoder
+        if self.num_decoder_layers is None:
+            self.num_decoder_layers = self.num_hidden_layers
+        if self.num_key_value_heads is None:
+            self.num_key_value_heads = self.num_attention_heads
+        if self.head_dim is None and self.num_attention_heads > 0:
+            self.head_dim = self.hidden_size // self.num_attention_heads
+        if self.final_norm is None:
+            self.final_norm = self.norm_position == "pre"
+        if self.classifier_pooling is None:
+            self.classifier_pooling = "last" if self.architecture == "decoder" else "first"
+        if self.decoder_start_token_id is None and self.is_encoder_decoder:
+            self.decoder_start_token_id = self.bos_token_id
+        super().__post_init__(**kwargs)
+
+    # `@strict` runs every `validate_*` method after __post_init__ and again before saving.
+    def validate_architecture(self):
+        for field, allowed in (
+            ("position_embedding_type", POSITION_EMBEDDING_TYPES),
+            ("norm_position", NORM_POSITIONS),
+            ("norm_type", NORM_TYPES),
+            ("sinusoidal_layout", SINUSOIDAL_LAYOUTS),
+            ("classifier_pooling", CLASSIFIER_POOLINGS),
+        ):
+            _choice(field, getattr(self, field), allowed)
+        if self.hidden_act not in ACT2FN:
+            raise ValueError(
+                f"VanillaConfig.hidden_act={self.hidden_act!r} is not an activation transformers knows; "
+                f"choose one of {', '.join(sorted(ACT2FN))}."
+            )
+        for field in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_decoder_layers",
+                      "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings"):
+            value = getattr(self, field)
+            if value < 1:
+                raise ValueError(f"VanillaConfig.{field} must be a positive integer, got {value}.")
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"VanillaConfig.hidden_size={self.hidden_size} is not divisible by num_attention_heads="
+                f"{self.num_attention_heads}; pick a head count that divides it (or set head_dim explicitly)."
+            )
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"VanillaConfig.num_attention_heads={self.num_attention_heads} is not divisible by "
+                f"num_key_value_heads={self.num_key_value_heads}: each key/value head must serve a whole group "
+                "of query heads."
+            )
+        if self.position_embedding_type == "rope" and self.head_dim % 2:
+            raise ValueError(f"VanillaConfig.head_dim={self.head_dim} must be even for position_embedding_type='rope'.")
+        for field in ("hidden_dropout", "attention_dropout", "activation_dropout", "classifier_dropout"):
+            value = getattr(self, field)
+            if value is not None and not 0.0 <= value < 1.0:
+                raise ValueError(f"VanillaConfig.{field} must be in [0, 1), got {value}.")
+        if self.position_offset < 0 or self.type_vocab_size < 0:
+            raise ValueError("VanillaConfig.position_offset and type_vocab_size must be >= 0.")
+        if self.relative_attention_num_buckets < 2 or self.relative_attention_max_distance < 2:
+            raise ValueError("VanillaConfig.relative_attention_num_buckets and _max_distance must be at least 2.")
+        if self.norm_eps <= 0:
+            raise ValueError(f"VanillaConfig.norm_eps must be positive, got {self.norm_eps}.")
+        if self.is_encoder_decoder and self.decoder_start_token_id is None:
+            raise ValueError(
+                "VanillaConfig.decoder_start_token_id is needed by an encoder-decoder (it starts every target); "
+                "set it or bos_token_id."
+            )
+        for name in self.architectures or ():
+            families = HEAD_FAMILIES.get(name)
+            if families is not None and self.architecture not in families:
+                raise ValueError(
+                    f"{name} does not fit architecture={self.architecture!r}; it needs "
+                    f"{' or '.join(map(repr, families))}."
+                )
+        impl = self._attn_implementation
+        if impl and "flash" in impl and self.position_embedding_type in ("alibi", "relative"):
+            raise ValueError(flash_refusal(self.position_embedding_type, impl))
+
+    @property
+    def encoder_layers(self) -> int:
+        return self.num_hidden_layers
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.num_decoder_layers
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> VanillaConfig:
+        """A config shaped like a well-known model; ``overrides`` change any field.
+
+        Presets: see :data:`PRESETS` (``transformer-base``, ``transformer-big``, ``bert-base``,
+        ``gpt2``, ``llama``, ``t5-base``, ``bart-base`` and ``tiny-*`` versions for tests).
+        """
+        if name not in PRESETS:
+            raise ValueError(f"Unknown preset {name!r}; available: {', '.join(sorted(PRESETS))}.")
+        return cls(**{**copy.deepcopy(PRESETS[name]), **overrides})
+
+
+def flash_refusal(scheme: str, impl: str) -> str:
+    return (
+        f"attn_implementation={impl!r} cannot be used with position_embedding_type={scheme!r}: FlashAttention "
+        "kernels take no additive attention bias, which this scheme needs. Use attn_implementation='sdpa', "
+        "'flex_attention' or 'eager', or a scheme without a bias ('rope', 'sinusoidal', 'learned', 'none')."
+    )
+
+
+_PAPER = dict(
+    architecture="encoder-decoder", hidden_act="relu", norm_position="post", position_embedding_type="sinusoidal",
+    scale_embedding=True, tie_word_embeddings=True, hidden_dropout=0.1,
+)
+_BERT = dict(
+    architecture="encoder", position_embedding_type="learned", norm_position="post", hidden_act="gelu",
+    embedding_norm=True, norm_eps=1e-12, scale_embedding=False, type_vocab_size=2, lm_head_transform=True,
+    lm_head_bias=True, pooler=True, classifier_pooling="first",
+)
+_GPT2 = dict(
+    architecture="decoder", position_embedding_type="learned", norm_position="pre", hidden_act="gelu_new",
+    scale_embedding=False, hidden_dropout=0.1, attention_dropout=0.1,
+)
+_LLAMA = dict(
+    architecture="decoder", position_embedding_type="rope", norm_position="pre", norm_type="rmsnorm",
+    hidden_act="silu", gated_ffn=True, attention_bias=False, mlp_bias=False, scale_embedding=False,
+    tie_word_embeddings=False, hidden_dropout=0.0, norm_eps=1e-6,
+)
+_T5 = dict(
+    architecture="encoder-decoder", position_embedding_type="relative", norm_position="pre", norm_type="rmsnorm",
+    norm_eps=1e-6, attention_bias=False, mlp_bias=False, scale_embedding=False, attention_scale=1.0,
+    hidden_act="relu", pad_token_id=0, eos_token_id=1, bos_token_id=None, decoder_start_token_id=0,
+)
+_BART = dict(
+    architecture="encoder-decoder", position_embedding_type="learned", position_offset=2, norm_position="post",
+    hidden_act="gelu", embedding_norm=True, scale_embedding=False, lm_head_bias=True,
+    pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
+)
+_TINY = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+             max_position_embeddings=64)
+
+#: Named shapes for :meth:`VanillaConfig.from_preset`.
+PRESETS: dict[str, dict[str, Any]] = {
+    "transformer-base": dict(_PAPER, vocab_size=37000, hidden_size=512, intermediate_size=2048, num_hidden_layers=6,
+                             num_attention_heads=8),
+    "transformer-big": dict(_PAPER, vocab_size=37000, hidden_size=1024, intermediate_size=4096, num_hidden_layers=6,
+                            num_attention_heads=16, hidden_dropout=0.3),
+    "bert-base": dict(_BERT, vocab_size=30522, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+                      num_attention_heads=12, max_position_embeddings=512),
+    "gpt2": dict(_GPT2, vocab_size=50257, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+                 num_attention_heads=12, max_position_embeddings=1024, bos_token_id=50256, eos_token_id=50256,
+                 pad_token_id=None),
+    "llama": dict(_LLAMA, vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                  num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096),
+    "t5-base": dict(_T5, vocab_size=32128, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+                    num_attention_heads=12, max_position_embeddings=512),
+    "bart-base": dict(_BART, vocab_size=50265, hidden_size=768, intermediate_size=3072, num_hidden_layers=6,
+                      num_attention_heads=12, max_position_embeddings=1024),
+    "tiny-transformer": dict(_PAPER, **_TINY),
+    "tiny-bert": dict(_BERT, **_TINY),
+    "tiny-gpt2": dict(_GPT2, **_TINY),
+    "tiny-llama": dict(_LLAMA, **{**_TINY, "num_key_value_heads": 2}),
+}

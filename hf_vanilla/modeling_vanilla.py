@@ -1,0 +1,1046 @@
+"""The transformer of "Attention Is All You Need" as Hugging Face models.
+
+Reads top to bottom: norms and the feed-forward network, attention, the block (one residual step
+per sub-layer, pre- or post-norm), the stacks (encoder, decoder), the bare model of each family, then
+the task heads. Positional schemes live in ``positional.py`` behind one interface; the options in
+``configuration_vanilla.py``.
+
+This file travels to the Hub with the model: it imports only torch, transformers and its siblings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.generation import GenerationMixin
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPast,
+    BaseModelOutputWithPastAndCrossAttentions,
+    CausalLMOutputWithPast,
+    MaskedLMOutput,
+    QuestionAnsweringModelOutput,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+
+from .configuration_vanilla import HEAD_FAMILIES, VanillaConfig, flash_refusal
+from .positional import (
+    NO_POSITIONAL_INPUTS,
+    PositionalAttentionInputs,
+    PositionalScheme,
+    build_positional_scheme,
+    rotate,
+    sinusoid_table,
+)
+
+# ----------------------------------------------------------------------------------------------
+# Norms and the position-wise feed-forward network
+
+
+class VanillaRMSNorm(nn.Module):
+    """Root-mean-square norm (Zhang & Sennrich): no centring, no bias; computed in float32."""
+
+    def __init__(self, hidden_size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        dtype = hidden_states.dtype
+        hidden_states = hidden_states.float()
+        hidden_states = hidden_states * torch.rsqrt(hidden_states.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * hidden_states.to(dtype)
+
+
+class VanillaLayerNorm(nn.LayerNorm):
+    """LayerNorm with an optional bias (T5-like stacks drop it)."""
+
+    def __init__(self, hidden_size: int, eps: float, bias: bool):
+        super().__init__(hidden_size, eps=eps, bias=bias)
+
+
+def build_norm(config: VanillaConfig) -> nn.Module:
+    if config.norm_type == "rmsnorm":
+        return VanillaRMSNorm(config.hidden_size, config.norm_eps)
+    return VanillaLayerNorm(config.hidden_size, config.norm_eps, config.norm_bias)
+
+
+class VanillaFeedForward(nn.Module):
+    """FFN(x) = act(x W_up) W_down (the paper), or act(x W_gate) * (x W_up) W_down (GLU variants)."""
+
+    def __init__(self, config: VanillaConfig):
+        super().__init__()
+        width, hidden = config.intermediate_size, config.hidden_size
+        self.gate_proj = nn.Linear(hidden, width, bias=config.mlp_bias) if config.gated_ffn else None
+        self.up_proj = nn.Linear(hidden, width, bias=config.mlp_bias)
+        self.down_proj = nn.Linear(width, hidden, bias=config.mlp_bias)
+        self.act_fn = ACT2FN[config.hidden_act]
+        self.dropout = nn.Dropout(config.activation_dropout)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if self.gate_proj is None:
+            inner = self.act_fn(self.up_proj(hidden_states))
+        else:
+            inner = self.act_fn(self.gate_proj(hidden_states)) * self.up_proj(hidden_states)
+        return self.down_proj(self.dropout(inner))
+
+
+# ----------------------------------------------------------------------------------------------
+# Attention
+
+
+def repeat_kv(states: torch.Tensor, groups: int) -> torch.Tensor:
+    """(batch, kv_heads, seq, dim) -> (batch, kv_heads * groups, seq, dim): each KV head serves a group of queries."""
+    if groups == 1:
+        return states
+    batch, heads, length, dim = states.shape
+    return states[:, :, None].expand(batch, heads, groups, length, dim).reshape(batch, heads * groups, length, dim)
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    position_bias: torch.Tensor | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(Q K^T * scaling + bias + mask) V, written out: the reference every backend must match."""
+    key = repeat_kv(key, module.num_key_value_groups)
+    value = repeat_kv(value, module.num_key_value_groups)
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if position_bias is not None:
+        scores = scores + position_bias
+    if attention_mask is not None:
+        scores = scores + attention_mask[:, :, :, : key.shape[-2]]
+    weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = nn.functional.dropout(weights, p=dropout, training=module.training)
+    output = torch.matmul(weights, value).transpose(1, 2).contiguous()
+    return output, weights
+
+
+class VanillaAttention(nn.Module):
+    """Multi-head (optionally grouped-query) attention, dispatched through transformers' attention interface."""
+
+    def __init__(self, config: VanillaConfig, layer_idx: int, is_causal: bool, is_cross_attention: bool = False):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.is_causal = is_causal
+        self.is_cross_attention = is_cross_attention
+        self.head_dim = config.head_dim
+        self.num_heads = config.num_attention_heads
+        self.num_key_value_heads = config.num_key_value_heads
+        self.num_key_value_groups = self.num_heads // self.num_key_value_heads
+        self.scaling = config.attention_scale if config.attention_scale is not None else self.head_dim**-0.5
+        self.attention_dropout = config.attention_dropout
+        bias = config.attention_bias
+        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(config.hidden_size, self.num_key_value_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(config.hidden_size, self.num_key_value_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
+
+    def _split_heads(self, states: torch.Tensor) -> torch.Tensor:
+        return states.view(*states.shape[:-1], -1, self.head_dim).transpose(1, 2)
+
+    def _keys_and_values(
+        self, source: torch.Tensor, cache: Cache | None, positional: PositionalAttentionInputs, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Project keys and values and extend the cache; cross-attention computes them once per generation."""
+        if self.is_cross_attention and cache is not None and cache.is_updated.get(self.layer_idx):
+            layer = cache.cross_attention_cache.layers[self.layer_idx]
+            return layer.keys, layer.values
+        keys, values = self._split_heads(self.k_proj(source)), self._split_heads(self.v_proj(source))
+        if positional.rotary is not None:  # rotated before caching: a cached key keeps its own position
+            keys = rotate(keys, *positional.rotary)
+        if cache is None:
+            return keys, values
+        if self.is_cross_attention:
+            cache.is_updated[self.layer_idx] = True
+            return cache.cross_attention_cache.update(keys, values, self.layer_idx)
+        layer_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+        return layer_cache.update(keys, values, self.layer_idx, kwargs=kwargs)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        positional: PositionalAttentionInputs = NO_POSITIONAL_INPUTS,
+        key_value_states: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        query = self._split_heads(self.q_proj(hidden_states))
+        if positional.rotary is not None:
+            query = rotate(query, *positional.rotary)
+        source = key_value_states if self.is_cross_attention else hidden_states
+        key, value = self._keys_and_values(source, cache, positional, **kwargs)
+
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        if positional.bias is not None:
+            kwargs["position_bias"] = positional.bias
+        output, weights = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.attention_dropout if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        output = self.o_proj(output.reshape(*hidden_states.shape[:-1], -1).contiguous())
+        return output, weights
+
+
+# ----------------------------------------------------------------------------------------------
+# The block: self-attention, (cross-attention,) feed-forward, each wrapped in a residual step
+
+
+class ResidualStep(nn.Module):
+    """One sub-layer with its residual connection and norm.
+
+    post-norm (the paper): x = Norm(x + Dropout(f(x)));  pre-norm: x = x + Dropout(f(Norm(x))).
+    """
+
+    def __init__(self, config: VanillaConfig):
+        super().__init__()
+        self.pre_norm = config.norm_position == "pre"
+        self.norm = build_norm(config)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(self, hidden_states: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        if self.pre_norm:
+            return hidden_states + self.dropout(sublayer(self.norm(hidden_states)))
+        return self.norm(hidden_states + self.dropout(sublayer(hidden_states)))
+
+
+class VanillaBlock(GradientCheckpointingLayer):
+    """One encoder or decoder layer."""
+
+    def __init__(self, config: VanillaConfig, layer_idx: int, is_causal: bool, has_cross_attention: bool):
+        super().__init__()
+        self.self_attn = VanillaAttention(config, layer_idx, is_causal=is_causal)
+        self.self_attn_step = ResidualStep(config)
+        if has_cross_attention:
+            self.cross_attn = VanillaAttention(config, layer_idx, is_causal=False, is_cross_attention=True)
+            self.cross_attn_step = ResidualStep(config)
+        else:
+            self.cross_attn = self.cross_attn_step = None
+        self.mlp = VanillaFeedForward(config)
+        self.mlp_step = ResidualStep(config)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        positional: PositionalAttentionInputs = NO_POSITIONAL_INPUTS,
+        cache: Cache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> torch.Tensor:
+        def self_attention(x: torch.Tensor) -> torch.Tensor:
+            return self.self_attn(x, attention_mask, positional, cache=cache, **kwargs)[0]
+
+        hidden_states = self.self_attn_step(hidden_states, self_attention)
+        if self.cross_attn is not None:
+
+            def cross_attention(x: torch.Tensor) -> torch.Tensor:
+                return self.cross_attn(
+                    x, encoder_attention_mask, key_value_states=encoder_hidden_states, cache=cache, **kwargs
+                )[0]
+
+            hidden_states = self.cross_attn_step(hidden_states, cross_attention)
+        return self.mlp_step(hidden_states, self.mlp)
+
+
+# ----------------------------------------------------------------------------------------------
+# Shared model plumbing
+
+
+class VanillaTokenEmbedding(nn.Embedding):
+    """Token embeddings, multiplied by sqrt(d_model) when ``scale_embedding`` (paper, section 3.4)."""
+
+    def __init__(self, config: VanillaConfig):
+        super().__init__(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.scale = math.sqrt(config.hidden_size) if config.scale_embedding else 1.0
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if not torch.compiler.is_compiling() and input_ids.numel():
+            low, high = int(input_ids.min()), int(input_ids.max())
+            if low < 0 or high >= self.num_embeddings:
+                raise ValueError(
+                    f"Token id {low if low < 0 else high} is outside the vocabulary [0, {self.num_embeddings}). "
+                    "Check that the tokenizer matches the model (config.vocab_size) or resize the embeddings "
+                    "with model.resize_token_embeddings(len(tokenizer))."
+                )
+        return super().forward(input_ids) * self.scale
+
+
+def check_input_shape(input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, what: str) -> None:
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError(f"Pass exactly one of {what}input_ids or {what}inputs_embeds.")
+    shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
+    if len(shape) != 2:
+        raise ValueError(f"{what}input_ids must be (batch, sequence); got shape {tuple(shape)}.")
+    if shape[0] == 0 or shape[1] == 0:
+        raise ValueError(
+            f"{what}input_ids is empty (shape {tuple(shape)}): a forward pass needs at least one sequence of "
+            "at least one token."
+        )
+
+
+class VanillaPreTrainedModel(PreTrainedModel):
+    config: VanillaConfig
+    config_class = VanillaConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["VanillaBlock"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _can_compile_fullgraph = True
+    _supports_attention_backend = True
+
+    def __init__(self, config: VanillaConfig, *args, **kwargs):
+        family_heads = HEAD_FAMILIES.get(type(self).__name__)
+        if family_heads is not None and config.architecture not in family_heads:
+            raise ValueError(
+                f"{type(self).__name__} does not fit architecture={config.architecture!r}; it needs "
+                f"{' or '.join(map(repr, family_heads))}. Build the config with a matching `architecture`."
+            )
+        super().__init__(config, *args, **kwargs)
+
+    def _check_and_adjust_attn_implementation(
+        self, attn_implementation: str | None, is_init_check: bool = False, allow_all_kernels: bool = False
+    ) -> str:
+        # Refuse before transformers looks for the kernel: the scheme, not the install, is the real obstacle.
+        scheme = self.config.position_embedding_type
+        if attn_implementation and "flash" in attn_implementation and scheme in ("alibi", "relative"):
+            raise ValueError(flash_refusal(scheme, attn_implementation))
+        return super()._check_and_adjust_attn_implementation(attn_implementation, is_init_check, allow_all_kernels)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if isinstance(module, PositionalScheme):
+            reset_positional_buffers(module)
+        elif isinstance(module, VanillaForSeq2SeqLM | VanillaForCausalLM | VanillaForMaskedLM):
+            if module.lm_head.bias is not None:
+                init.zeros_(module.lm_head.bias)
+
+
+def reset_positional_buffers(scheme: PositionalScheme) -> None:
+    """Recompute the non-persistent tables: checkpoints do not hold them, and meta-device init leaves them empty."""
+    if hasattr(scheme, "table"):
+        positions = torch.arange(scheme.table.shape[0])
+        init.copy_(scheme.table, sinusoid_table(positions, scheme.dim, scheme.interleaved))
+    if hasattr(scheme, "slopes"):
+        from .positional import alibi_slopes
+
+        init.copy_(scheme.slopes, alibi_slopes(scheme.slopes.shape[0]))
+    if hasattr(scheme, "original_inv_freq"):
+        init_fn = scheme.default_inverse_frequencies
+        if scheme.rope_type != "default":
+            from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+            init_fn = ROPE_INIT_FUNCTIONS[scheme.rope_type]
+        inv_freq, _ = init_fn(scheme.config)
+        init.copy_(scheme.inv_freq, inv_freq)
+        init.copy_(scheme.original_inv_freq, inv_freq)
+
+
+# ----------------------------------------------------------------------------------------------
+# Stacks
+
+
+class VanillaStack(VanillaPreTrainedModel):
+    """Embeddings, positions and a stack of blocks. Subclasses fix the direction (bidirectional or causal).
+
+    The token embedding belongs to :class:`VanillaModel` (the encoder and decoder share one matrix,
+    stored once); a stack borrows it, kept out of its own parameters so nothing is registered twice.
+    """
+
+    is_causal = False
+
+    def __init__(
+        self,
+        config: VanillaConfig,
+        token_embedding: VanillaTokenEmbedding,
+        num_layers: int,
+        has_cross_attention: bool = False,
+    ):
+        super().__init__(config)
+        self.has_cross_attention = has_cross_attention
+        self._token_embedding = (token_embedding,)
+        self.token_type_embeddings = (
+            nn.Embedding(config.type_vocab_size, config.hidden_size) if config.type_vocab_size else None
+        )
+        self.positions = build_positional_scheme(config, causal=self.is_causal)
+        self.embedding_norm = build_norm(config) if config.embedding_norm else None
+        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.layers = nn.ModuleList(
+            VanillaBlock(config, i, is_causal=self.is_causal, has_cross_attention=self.has_cross_attention)
+            for i in range(num_layers)
+        )
+        self.final_norm = build_norm(config) if config.final_norm else None
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def get_input_embeddings(self) -> VanillaTokenEmbedding:
+        return self._token_embedding[0]
+
+    def set_input_embeddings(self, embedding: VanillaTokenEmbedding) -> None:
+        self._token_embedding = (embedding,)
+
+    def embed(
+        self,
+        input_ids: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None,
+        position_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if inputs_embeds is None:
+            inputs_embeds = self.get_input_embeddings()(input_ids)
+        if self.token_type_embeddings is not None:
+            if token_type_ids is None:
+                token_type_ids = torch.zeros_like(position_ids).expand(inputs_embeds.shape[:2])
+            inputs_embeds = inputs_embeds + self.token_type_embeddings(token_type_ids)
+        hidden_states = self.positions.embed(inputs_embeds, position_ids)
+        if self.embedding_norm is not None:
+            hidden_states = self.embedding_norm(hidden_states)
+        return self.dropout(hidden_states)
+
+    def finish(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.final_norm(hidden_states) if self.final_norm is not None else hidden_states
+
+
+class VanillaEncoder(VanillaStack):
+    """Bidirectional stack: every token attends to every (unpadded) token."""
+
+    _can_record_outputs = {
+        "hidden_states": VanillaBlock,
+        "attentions": OutputRecorder(VanillaAttention, index=1, layer_name="self_attn"),
+    }
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutput:
+        check_input_shape(input_ids, inputs_embeds, "")
+        length = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+        device = (input_ids if input_ids is not None else inputs_embeds).device
+        if position_ids is None:
+            position_ids = torch.arange(length, device=device)[None]
+        hidden_states = self.embed(input_ids, inputs_embeds, position_ids, token_type_ids)
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
+        positional = self.positions.attention_inputs(hidden_states, position_ids, 0, length)
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, mask, positional=positional, **kwargs)
+        return BaseModelOutput(last_hidden_state=self.finish(hidden_states))
+
+
+class VanillaDecoder(VanillaStack):
+    """Causal stack: position t attends to positions <= t (and, in an encoder-decoder, to the encoder)."""
+
+    is_causal = True
+    _can_record_outputs = {
+        "hidden_states": VanillaBlock,
+        "attentions": OutputRecorder(VanillaAttention, index=1, layer_name="self_attn"),
+        "cross_attentions": OutputRecorder(VanillaAttention, index=1, layer_name="cross_attn"),
+    }
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        check_input_shape(input_ids, inputs_embeds, "decoder_" if self.has_cross_attention else "")
+        if self.has_cross_attention and encoder_hidden_states is None:
+            raise ValueError("This decoder attends to an encoder: pass encoder_hidden_states (or encoder_outputs).")
+        reference = input_ids if input_ids is not None else inputs_embeds
+        length, device = reference.shape[1], reference.device
+        if use_cache and cache is None:
+            cache = EncoderDecoderCache(DynamicCache(), DynamicCache()) if self.has_cross_attention else DynamicCache()
+        self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+        past_length = self_cache.get_seq_length() if self_cache is not None else 0
+        if position_ids is None:
+            position_ids = (torch.arange(length, device=device) + past_length)[None]
+
+        hidden_states = self.embed(input_ids, inputs_embeds, position_ids, token_type_ids)
+        mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=attention_mask,
+            cache=self_cache,
+            position_ids=position_ids,
+        )
+        key_length = self_cache.get_mask_sizes(length, 0)[0] if self_cache is not None else length
+        positional = self.positions.attention_inputs(hidden_states, position_ids, past_length, key_length)
+        cross_mask = None
+        if self.has_cross_attention:
+            cross_mask = create_bidirectional_mask(
+                config=self.config,
+                inputs_embeds=hidden_states,
+                attention_mask=encoder_attention_mask,
+                encoder_hidden_states=encoder_hidden_states,
+            )
+        for layer in self.layers:
+            hidden_states = layer(
+                hidden_states,
+                mask,
+                encoder_hidden_states,
+                encoder_attention_mask=cross_mask,
+                positional=positional,
+                cache=cache,
+                **kwargs,
+            )
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=self.finish(hidden_states), cache=cache)
+
+
+# ----------------------------------------------------------------------------------------------
+# The bare model: one class, three families
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int | None, decoder_start_token_id: int) -> torch.Tensor:
+    """Teacher forcing: the decoder sees <start> y_1 ... y_{n-1} and predicts y_1 ... y_n."""
+    if pad_token_id is None:
+        raise ValueError("config.pad_token_id must be set to build decoder inputs from labels.")
+    shifted = labels.new_zeros(labels.shape)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+class VanillaModel(VanillaPreTrainedModel):
+    """The bare transformer of any family, returning hidden states.
+
+    * ``encoder``: ``(input_ids, attention_mask)`` -> :class:`BaseModelOutput`
+    * ``decoder``: ``(input_ids, attention_mask, cache)`` -> :class:`BaseModelOutputWithPast`
+    * ``encoder-decoder``: ``(input_ids, attention_mask, decoder_input_ids, ...)`` -> :class:`Seq2SeqModelOutput`
+    """
+
+    _keys_to_ignore_on_load_unexpected = None
+
+    def __init__(self, config: VanillaConfig):
+        super().__init__(config)
+        self.embed_tokens = VanillaTokenEmbedding(config)
+        family = config.architecture
+        self.encoder = VanillaEncoder(config, self.embed_tokens, config.num_hidden_layers) if family != "decoder" else None
+        decoder_depth = config.num_decoder_layers if family == "encoder-decoder" else config.num_hidden_layers
+        self.decoder = (
+            VanillaDecoder(config, self.embed_tokens, decoder_depth, has_cross_attention=config.is_encoder_decoder)
+            if family != "encoder"
+            else None
+        )
+        self.post_init()
+
+    def get_input_embeddings(self) -> VanillaTokenEmbedding:
+        return self.embed_tokens
+
+    def set_input_embeddings(self, embedding: nn.Embedding) -> None:
+        self.embed_tokens = embedding
+        for stack in (self.encoder, self.decoder):
+            if stack is not None:
+                stack.set_input_embeddings(embedding)
+
+    def get_encoder(self, modality: str | None = None):
+        return self.encoder if self.encoder is not None else self
+
+    def get_decoder(self):
+        return self.decoder if self.decoder is not None else self
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        decoder_position_ids: torch.LongTensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutput | BaseModelOutputWithPast | Seq2SeqModelOutput:
+        family = self.config.architecture
+        if family != "encoder-decoder":
+            given = [n for n, v in (("decoder_input_ids", decoder_input_ids), ("decoder_inputs_embeds", decoder_inputs_embeds),
+                                    ("encoder_outputs", encoder_outputs)) if v is not None]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)} given to a {family}-only model; only architecture='encoder-decoder' takes "
+                    "decoder inputs. Pass input_ids (and attention_mask) instead."
+                )
+        if family == "encoder":  # nothing to cache: `cache` and `use_cache` do not apply
+            return self.encoder(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                token_type_ids=token_type_ids,
+                position_ids=position_ids,
+                inputs_embeds=inputs_embeds,
+                **kwargs,
+            )
+        if family == "decoder":
+            outputs = self.decoder(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                cache=cache,
+                inputs_embeds=inputs_embeds,
+                use_cache=use_cache,
+                token_type_ids=token_type_ids,
+                **kwargs,
+            )
+            return BaseModelOutputWithPast(
+                last_hidden_state=outputs.last_hidden_state,
+                cache=outputs.cache,
+                hidden_states=outputs.hidden_states,
+                attentions=outputs.attentions,
+            )
+
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                token_type_ids=token_type_ids,
+                position_ids=position_ids,
+                inputs_embeds=inputs_embeds,
+                **kwargs,
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            position_ids=decoder_position_ids,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            cache=cache,
+            inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            cache=decoder_outputs.cache,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# Language-model heads
+
+
+class VanillaLMHeadMixin:
+    """The output projection (tied to the token embeddings by default) with BERT's optional transform."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def _build_lm_head(self, config: VanillaConfig) -> None:
+        self.lm_head_transform = (
+            nn.Sequential(
+                nn.Linear(config.hidden_size, config.hidden_size), ACT2FN[config.hidden_act], build_norm(config)
+            )
+            if config.lm_head_transform
+            else None
+        )
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=config.lm_head_bias)
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, projection: nn.Linear) -> None:
+        self.lm_head = projection
+
+    def _logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if self.lm_head_transform is not None:
+            hidden_states = self.lm_head_transform(hidden_states)
+        if self.config.lm_head_scale != 1.0:
+            hidden_states = hidden_states * self.config.lm_head_scale
+        return self.lm_head(hidden_states)
+
+
+def keep_last_logits(hidden_states: torch.Tensor, logits_to_keep: int | torch.Tensor) -> torch.Tensor:
+    """Generation needs only the last position's logits; computing all of them wastes a vocab-sized matmul."""
+    if isinstance(logits_to_keep, int):
+        return hidden_states if logits_to_keep == 0 else hidden_states[:, -logits_to_keep:]
+    return hidden_states[:, logits_to_keep]
+
+
+class VanillaForCausalLM(VanillaLMHeadMixin, VanillaPreTrainedModel, GenerationMixin):
+    """Decoder-only language model (GPT-like): predicts token t+1 from tokens <= t."""
+
+    def __init__(self, config: VanillaConfig):
+        super().__init__(config)
+        self.model = VanillaModel(config)
+        self._build_lm_head(config)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> CausalLMOutputWithPast:
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        logits = self._logits(keep_last_logits(outputs.last_hidden_state, logits_to_keep))
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        return CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            cache=outputs.cache,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class VanillaForMaskedLM(VanillaLMHeadMixin, VanillaPreTrainedModel):
+    """Encoder with a masked-language-model head (BERT-like): predicts the tokens hidden behind [MASK]."""
+
+    def __init__(self, config: VanillaConfig):
+        super().__init__(config)
+        self.model = VanillaModel(config)
+        self._build_lm_head(config)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> MaskedLMOutput:
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
+        )
+        logits = self._logits(outputs.last_hidden_state)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        return MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+
+
+class VanillaForSeq2SeqLM(VanillaLMHeadMixin, VanillaPreTrainedModel, GenerationMixin):
+    """Encoder-decoder with a language-model head: the paper's translation model."""
+
+    # Labels are already aligned with decoder inputs (shifted right), so the loss must not shift again.
+    loss_type = "ForMaskedLM"
+
+    def __init__(self, config: VanillaConfig):
+        super().__init__(config)
+        self.model = VanillaModel(config)
+        self._build_lm_head(config)
+        self.post_init()
+        self.loss_type = "ForMaskedLM"
+
+    def get_encoder(self, modality: str | None = None):
+        return self.model.encoder
+
+    def get_decoder(self):
+        return self.model.decoder
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        decoder_position_ids: torch.LongTensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqLMOutput:
+        if labels is not None and decoder_input_ids is None and decoder_inputs_embeds is None:
+            decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            decoder_position_ids=decoder_position_ids,
+            encoder_outputs=encoder_outputs,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        logits = self._logits(keep_last_logits(outputs.last_hidden_state, logits_to_keep))
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            cache=outputs.cache,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# Understanding heads (encoder or decoder)
+
+
+class VanillaPooler(nn.Module):
+    """One vector per sequence: the first token, the last real token, or the mean; BERT's dense + tanh optional."""
+
+    def __init__(self, config: VanillaConfig):
+        super().__init__()
+        self.strategy = config.classifier_pooling
+        self.pad_token_id = config.pad_token_id
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size) if config.pooler else None
+
+    def forward(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, input_ids: torch.Tensor | None
+    ) -> torch.Tensor:
+        if attention_mask is None and input_ids is not None and self.pad_token_id is not None:
+            attention_mask = input_ids.ne(self.pad_token_id)
+        if self.strategy == "first":
+            pooled = hidden_states[:, 0]
+        elif self.strategy == "mean":
+            if attention_mask is None:
+                pooled = hidden_states.mean(1)
+            else:
+                weights = attention_mask.to(hidden_states.dtype)[..., None]
+                pooled = (hidden_states * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+        else:  # last real token: the rightmost position the mask keeps (works for left and right padding)
+            if attention_mask is None:
+                pooled = hidden_states[:, -1]
+            else:
+                positions = torch.arange(hidden_states.shape[1], device=hidden_states.device)
+                last = (attention_mask.bool() * positions).argmax(-1)
+                pooled = hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), last]
+        return torch.tanh(self.dense(pooled)) if self.dense is not None else pooled
+
+
+class VanillaForSequenceClassification(VanillaPreTrainedModel):
+    """A label (or a regression value) per sequence."""
+
+    def __init__(self, config: VanillaConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = VanillaModel(config)
+        self.pooler = VanillaPooler(config)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout
+        self.dropout = nn.Dropout(dropout)
+        self.score = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> SequenceClassifierOutput:
+        kwargs.pop("use_cache", None)
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            use_cache=False,
+            **kwargs,
+        )
+        pooled = self.pooler(outputs.last_hidden_state, attention_mask, input_ids)
+        logits = self.score(self.dropout(pooled))
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config, **kwargs)
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class VanillaForTokenClassification(VanillaPreTrainedModel):
+    """A label per token (tagging, NER)."""
+
+    def __init__(self, config: VanillaConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = VanillaModel(config)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout
+        self.dropout = nn.Dropout(dropout)
+        self.score = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> TokenClassifierOutput:
+        kwargs.pop("use_cache", None)
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            use_cache=False,
+            **kwargs,
+        )
+        logits = self.score(self.dropout(outputs.last_hidden_state))
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits, labels, self.config, **kwargs)
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class VanillaForQuestionAnswering(VanillaPreTrainedModel):
+    """Extractive QA: a start and an end score per token."""
+
+    def __init__(self, config: VanillaConfig):
+        super().__init__(config)
+        self.model = VanillaModel(config)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> QuestionAnsweringModelOutput:
+        kwargs.pop("use_cache", None)
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            use_cache=False,
+            **kwargs,
+        )
+        start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(-1)
+        start_logits, end_logits = start_logits.contiguous(), end_logits.contiguous()
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions, **kwargs)
+        return QuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+__all__ = [
+    "VanillaPreTrainedModel",
+    "VanillaModel",
+    "VanillaEncoder",
+    "VanillaDecoder",
+    "VanillaForCausalLM",
+    "VanillaForMaskedLM",
+    "VanillaForSeq2SeqLM",
+    "VanillaForSequenceClassification",
+    "VanillaForTokenClassification",
+    "VanillaForQuestionAnswering",
+]

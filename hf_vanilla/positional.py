@@ -1,0 +1,276 @@
+"""Positional schemes: how attention learns where each token sits.
+
+Every scheme is a small module behind one interface, so the model never branches on which one it
+holds. A stack calls its scheme twice per forward:
+
+* ``embed(inputs_embeds, position_ids)`` -- schemes that add a vector to each token embedding
+  (sinusoidal, learned) do it here; the others return the input unchanged.
+* ``attention_inputs(hidden_states, position_ids, query_offset, key_length)`` -- once per forward,
+  returns the :class:`PositionalAttentionInputs` every layer's self-attention uses: a rotation of
+  queries and keys (RoPE) and/or an additive bias on the attention scores (ALiBi, T5 relative).
+
+Bias schemes measure distance from cache positions (``query_offset + i`` against key ``j``), not from
+``position_ids``: distance is translation invariant, so left padding and the KV cache leave it
+unchanged and the bias lines up with whatever keys the cache holds.
+
+This file travels to the Hub with the model: it imports only torch, transformers and its siblings.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
+
+from .configuration_vanilla import VanillaConfig
+
+
+@dataclass
+class PositionalAttentionInputs:
+    """What a positional scheme hands to every self-attention layer of a stack for one forward."""
+
+    rotary: tuple[torch.Tensor, torch.Tensor] | None = None  # (cos, sin), each (batch, seq, head_dim)
+    bias: torch.Tensor | None = None  # (batch or 1, heads, query_len, key_len), added to scores
+
+
+NO_POSITIONAL_INPUTS = PositionalAttentionInputs()
+
+
+class PositionalScheme(nn.Module):
+    """The interface. Subclasses override what they use; the defaults do nothing."""
+
+    #: Adds a bias to attention scores; FlashAttention kernels cannot take one.
+    uses_attention_bias: bool = False
+    #: Positions beyond this raise an error (None: the scheme extrapolates).
+    hard_max_positions: int | None = None
+
+    def embed(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        return inputs_embeds
+
+    def attention_inputs(
+        self,
+        hidden_states: torch.Tensor,
+        position_ids: torch.Tensor,
+        query_offset: int | torch.Tensor,
+        key_length: int,
+    ) -> PositionalAttentionInputs:
+        return NO_POSITIONAL_INPUTS
+
+    def check_positions(self, position_ids: torch.Tensor) -> None:
+        """Refuse positions the scheme has no encoding for, before an opaque index error can happen."""
+        if self.hard_max_positions is None or torch.compiler.is_compiling() or position_ids.numel() == 0:
+            return
+        largest = int(position_ids.max())
+        if largest >= self.hard_max_positions:
+            raise ValueError(
+                f"Position {largest} is beyond the {self.hard_max_positions} learned positions "
+                f"(config.max_position_embeddings={self.hard_max_positions}). Shorten the input (e.g. "
+                "tokenizer(..., truncation=True, max_length=...)) or use a scheme that extrapolates "
+                "(position_embedding_type='sinusoidal', 'rope', 'alibi' or 'relative')."
+            )
+
+
+class NoPositions(PositionalScheme):
+    """No positional information: attention is permutation-equivariant (a bag of tokens)."""
+
+
+def sinusoid_table(positions: torch.Tensor, dim: int, interleaved: bool) -> torch.Tensor:
+    """The paper's encodings, PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...).
+
+    ``interleaved`` keeps the paper's sin/cos alternation; otherwise all sines come first, then all
+    cosines (the tensor2tensor/Marian layout). Both hold the same numbers in a different order.
+    """
+    half = dim // 2
+    inv_freq = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float64) * 2 / dim)
+    angles = positions.to(torch.float64)[..., None] * inv_freq
+    if interleaved:
+        table = torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)
+    else:
+        table = torch.cat((angles.sin(), angles.cos()), dim=-1)
+    if dim % 2:  # odd widths: the last channel has no partner frequency
+        table = torch.nn.functional.pad(table, (0, 1))
+    return table.float()
+
+
+class SinusoidalPositions(PositionalScheme):
+    """Fixed sinusoids added to the token embeddings (Vaswani et al., section 3.5)."""
+
+    def __init__(self, config: VanillaConfig):
+        super().__init__()
+        self.dim = config.hidden_size
+        self.interleaved = config.sinusoidal_layout == "interleaved"
+        self.offset = config.position_offset
+        # A cache, not a weight: recomputed on load and grown on demand, so any length works.
+        table = sinusoid_table(torch.arange(config.max_position_embeddings + self.offset), self.dim, self.interleaved)
+        self.table = nn.Buffer(table, persistent=False)
+
+    def _table_for(self, length: int, device: torch.device) -> torch.Tensor:
+        if length > self.table.shape[0]:
+            grown = sinusoid_table(torch.arange(length), self.dim, self.interleaved).to(device)
+            self.table = nn.Buffer(grown, persistent=False)
+        return self.table
+
+    def embed(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        positions = position_ids + self.offset
+        if not torch.compiler.is_compiling() and positions.numel():
+            self._table_for(int(positions.max()) + 1, inputs_embeds.device)
+        return inputs_embeds + self.table[positions].to(inputs_embeds.dtype)
+
+
+class LearnedPositions(PositionalScheme):
+    """One trained vector per position (BERT, GPT-2, BART); no encoding exists past the last one."""
+
+    def __init__(self, config: VanillaConfig):
+        super().__init__()
+        self.offset = config.position_offset  # BART reserves the first two rows
+        self.hard_max_positions = config.max_position_embeddings
+        self.embeddings = nn.Embedding(config.max_position_embeddings + self.offset, config.hidden_size)
+
+    def embed(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        self.check_positions(position_ids)
+        return inputs_embeds + self.embeddings(position_ids + self.offset)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+def rotate(states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate (batch, heads, seq, head_dim) queries or keys; q.k then depends only on their distance."""
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return states * cos + rotate_half(states) * sin
+
+
+class RotaryPositions(PositionalScheme):
+    """RoPE (Su et al.): queries and keys rotated by position-dependent angles.
+
+    Scaling variants (linear, dynamic, yarn, llama3, ...) come from transformers'
+    ``ROPE_INIT_FUNCTIONS`` through ``config.rope_parameters``.
+    """
+
+    def __init__(self, config: VanillaConfig):
+        super().__init__()
+        self.config = config
+        self.rope_type = config.rope_parameters.get("rope_type", "default")
+        self.max_seq_len_cached = config.max_position_embeddings
+        self.original_max_seq_len = config.max_position_embeddings
+        init_fn = self.default_inverse_frequencies if self.rope_type == "default" else ROPE_INIT_FUNCTIONS[self.rope_type]
+        inv_freq, self.attention_scaling = init_fn(config)
+        self.inv_freq = nn.Buffer(inv_freq, persistent=False)
+        self.original_inv_freq = nn.Buffer(inv_freq.clone(), persistent=False)
+
+    @staticmethod
+    def default_inverse_frequencies(config: VanillaConfig, *args, **kwargs) -> tuple[torch.Tensor, float]:
+        dim = int(config.head_dim * config.rope_parameters.get("partial_rotary_factor", 1.0))
+        base = config.rope_parameters["rope_theta"]
+        return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim)), 1.0
+
+    @torch.no_grad()
+    @dynamic_rope_update
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = position_ids[..., None].float() * self.inv_freq.to(x.device)
+        angles = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = angles.cos() * self.attention_scaling, angles.sin() * self.attention_scaling
+        return cos.to(x.dtype), sin.to(x.dtype)
+
+    def attention_inputs(self, hidden_states, position_ids, query_offset, key_length):
+        return PositionalAttentionInputs(rotary=self(hidden_states, position_ids))
+
+
+def cache_distances(query_length: int, query_offset: int | torch.Tensor, key_length: int, device) -> torch.Tensor:
+    """Signed distance key - query, (query_length, key_length), queries sitting after ``query_offset`` cached keys."""
+    query_positions = torch.arange(query_length, device=device)[:, None] + query_offset
+    key_positions = torch.arange(key_length, device=device)[None, :]
+    return key_positions - query_positions
+
+
+def alibi_slopes(num_heads: int) -> torch.Tensor:
+    """Press et al.'s geometric slopes 2^(-8/n), 2^(-16/n), ...; interleaved for non-powers of two."""
+
+    def power_of_two_slopes(n: int) -> list[float]:
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        return [start * start**i for i in range(n)]
+
+    closest = 2 ** math.floor(math.log2(num_heads))
+    slopes = power_of_two_slopes(closest)
+    if closest != num_heads:
+        slopes += power_of_two_slopes(2 * closest)[0::2][: num_heads - closest]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+class ALiBiPositions(PositionalScheme):
+    """ALiBi (Press et al.): each head penalises attention linearly in distance, -slope * |i - j|."""
+
+    uses_attention_bias = True
+
+    def __init__(self, config: VanillaConfig):
+        super().__init__()
+        self.slopes = nn.Buffer(alibi_slopes(config.num_attention_heads), persistent=False)
+
+    def attention_inputs(self, hidden_states, position_ids, query_offset, key_length):
+        batch, query_length = hidden_states.shape[:2]
+        distance = cache_distances(query_length, query_offset, key_length, hidden_states.device).abs()
+        bias = -self.slopes[:, None, None] * distance
+        return PositionalAttentionInputs(bias=bias.to(hidden_states.dtype)[None].expand(batch, -1, -1, -1))
+
+
+def relative_position_bucket(
+    relative_position: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int
+) -> torch.Tensor:
+    """T5's buckets: exact for small distances, logarithmic up to ``max_distance``, then one bucket."""
+    buckets = torch.zeros_like(relative_position)
+    if bidirectional:
+        num_buckets //= 2
+        buckets += (relative_position > 0).long() * num_buckets
+        relative_position = relative_position.abs()
+    else:
+        relative_position = -torch.clamp(relative_position, max=0)
+    max_exact = num_buckets // 2
+    is_small = relative_position < max_exact
+    log_position = max_exact + (
+        torch.log(relative_position.float() / max_exact)
+        / math.log(max_distance / max_exact)
+        * (num_buckets - max_exact)
+    ).long()
+    log_position = torch.clamp(log_position, max=num_buckets - 1)
+    return buckets + torch.where(is_small, relative_position, log_position)
+
+
+class RelativePositionBias(PositionalScheme):
+    """T5-style learned bias per head and distance bucket, shared by all layers of a stack."""
+
+    uses_attention_bias = True
+
+    def __init__(self, config: VanillaConfig, bidirectional: bool):
+        super().__init__()
+        self.bidirectional = bidirectional
+        self.num_buckets = config.relative_attention_num_buckets
+        self.max_distance = config.relative_attention_max_distance
+        self.relative_attention_bias = nn.Embedding(self.num_buckets, config.num_attention_heads)
+
+    def attention_inputs(self, hidden_states, position_ids, query_offset, key_length):
+        batch, query_length = hidden_states.shape[:2]
+        distance = cache_distances(query_length, query_offset, key_length, hidden_states.device)
+        buckets = relative_position_bucket(distance, self.bidirectional, self.num_buckets, self.max_distance)
+        bias = self.relative_attention_bias(buckets).permute(2, 0, 1)  # (heads, query, key)
+        return PositionalAttentionInputs(bias=bias.to(hidden_states.dtype)[None].expand(batch, -1, -1, -1))
+
+
+def build_positional_scheme(config: VanillaConfig, causal: bool) -> PositionalScheme:
+    """The scheme ``config.position_embedding_type`` names, for a causal or a bidirectional stack."""
+    kind = config.position_embedding_type
+    if kind == "sinusoidal":
+        return SinusoidalPositions(config)
+    if kind == "learned":
+        return LearnedPositions(config)
+    if kind == "rope":
+        return RotaryPositions(config)
+    if kind == "alibi":
+        return ALiBiPositions(config)
+    if kind == "relative":
+        return RelativePositionBias(config, bidirectional=not causal)
+    return NoPositions()
