@@ -375,6 +375,14 @@ def _ensure_raw(spec: CorpusSpec, cache: Path, source: PathLike | None) -> dict[
                 shutil.rmtree(tmp, ignore_errors=True)
             path = downloads / raw.filename
         _verify(path, raw)
+        kept = downloads / raw.filename
+        if path != kept:  # keep a verified copy of a supplied file so later rebuilds need no source
+            downloads.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=downloads, prefix=".copy-", delete=False) as fh:
+                with open(path, "rb") as src:
+                    shutil.copyfileobj(src, fh)
+            os.replace(fh.name, kept)
+            path = kept
         found[raw.filename] = path
     return found
 
@@ -429,6 +437,7 @@ def fetch_corpus(
     target = cache / name
     if not force and _read_meta(target) is not None:
         return target
+    cache.mkdir(parents=True, exist_ok=True)
     raws = _ensure_raw(spec, cache, source)
     tmp = Path(tempfile.mkdtemp(prefix=f".build-{name}-", dir=cache))
     try:
@@ -720,7 +729,7 @@ def iter_ztext_verses(
 
     Heading entries are skipped (see :func:`_index_size` for the layout); the module must use
     ``versification`` exactly (the index size is checked, as is any book or chapter start tag found
-    in a heading slot). Testaments whose files are absent are skipped.
+    in a heading slot, and no verse slot may start a chapter). Testaments whose files are absent are skipped.
     """
     for testament in ("ot", "nt"):
         books = [b for b in versification if b.testament == testament]
@@ -751,6 +760,12 @@ def iter_ztext_verses(
                     )
                 i += 1
                 for verse in range(1, n_verses + 1):
+                    start = _CHAPTER_START.search(entries[i])
+                    if start:
+                        raise ValueError(
+                            f"{module_dir}: verse slot {i} ({book.osis} {chapter}:{verse}) holds the start "
+                            f"of chapter {start.group(1)!r}; the module does not use this versification"
+                        )
                     yield book.osis, chapter, verse, entries[i]
                     i += 1
 
@@ -1222,7 +1237,9 @@ def train_tokenizer(
 
     ``kind="wordpiece"``: BERT-style WordPiece for encoder tasks (``lowercase`` optional), special
     tokens with ids 0-4: ``[PAD] [UNK] [CLS] [SEP] [MASK]``, and the post-processor
-    ``[CLS] A [SEP]`` / ``[CLS] A [SEP] B [SEP]`` with token type ids 0 / 1.
+    ``[CLS] A [SEP]`` / ``[CLS] A [SEP] B [SEP]`` with token type ids 0 / 1. Like the BPE tokenizer it
+    returns only ``input_ids`` and ``attention_mask`` by default (the original transformer has no
+    segment embeddings); pass ``return_token_type_ids=True`` when calling it to get the type ids.
 
     The result round-trips through ``save_pretrained`` and ``AutoTokenizer.from_pretrained``.
     """
