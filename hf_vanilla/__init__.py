@@ -25,7 +25,10 @@ from .modeling_vanilla import (
 
 __version__ = "0.1.0"
 
+# Local registration makes AutoModel* find the classes when hf_vanilla is imported; `register_for_auto_class`
+# makes every save_pretrained write `auto_map` and copy the code, so `trust_remote_code=True` loads it elsewhere.
 AutoConfig.register(VanillaConfig.model_type, VanillaConfig, exist_ok=True)
+VanillaConfig.register_for_auto_class()
 for _auto, _model in (
     (AutoModel, VanillaModel),
     (AutoModelForCausalLM, VanillaForCausalLM),
@@ -36,6 +39,7 @@ for _auto, _model in (
     (AutoModelForQuestionAnswering, VanillaForQuestionAnswering),
 ):
     _auto.register(VanillaConfig, _model, exist_ok=True)
+    _model.register_for_auto_class(_auto.__name__)
 
 __all__ = [
     "PRESETS",

@@ -170,9 +170,14 @@ class VanillaConfig(PreTrainedConfig):
         if self.decoder_start_token_id is None and self.is_encoder_decoder:
             self.decoder_start_token_id = self.bos_token_id
         super().__post_init__(**kwargs)
+        # Checked here as well as by `@strict` so the error is a plain ValueError naming the field.
+        self.check_fields()
 
-    # `@strict` runs every `validate_*` method after __post_init__ and again before saving.
     def validate_architecture(self):
+        """Run by `@strict` after __post_init__ and again before every save."""
+        self.check_fields()
+
+    def check_fields(self) -> None:
         for field, allowed in (
             ("position_embedding_type", POSITION_EMBEDDING_TYPES),
             ("norm_position", NORM_POSITIONS),
@@ -229,6 +234,18 @@ class VanillaConfig(PreTrainedConfig):
         impl = self._attn_implementation
         if impl and "flash" in impl and self.position_embedding_type in ("alibi", "relative"):
             raise ValueError(flash_refusal(self.position_embedding_type, impl))
+
+    def get_text_config(self, decoder: bool | None = None, encoder: bool | None = None) -> PreTrainedConfig:
+        """With ``decoder=True``, a view whose ``num_hidden_layers`` is the decoder's depth.
+
+        transformers sizes KV caches from ``get_text_config(decoder=True).num_hidden_layers``; in an
+        encoder-decoder that must count decoder layers, which may differ from the encoder's.
+        """
+        config = super().get_text_config(decoder=decoder, encoder=encoder)
+        if decoder and not encoder and self.is_encoder_decoder and self.num_decoder_layers != self.num_hidden_layers:
+            config = copy.deepcopy(self)
+            config.num_hidden_layers = self.num_decoder_layers
+        return config
 
     @property
     def encoder_layers(self) -> int:

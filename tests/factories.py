@@ -1,0 +1,65 @@
+"""Tiny models and inputs shared by the test modules: every family, scheme and norm in a few milliseconds."""
+
+from __future__ import annotations
+
+import torch
+
+import hf_vanilla as hv
+
+FAMILIES = ("encoder", "decoder", "encoder-decoder")
+SCHEMES = ("sinusoidal", "learned", "rope", "alibi", "relative", "none")
+NORMS = ("pre", "post")
+BACKENDS = ("eager", "sdpa", "flex_attention")
+
+HEAD_FOR_FAMILY = {
+    "encoder": hv.VanillaForMaskedLM,
+    "decoder": hv.VanillaForCausalLM,
+    "encoder-decoder": hv.VanillaForSeq2SeqLM,
+}
+
+VOCAB = 97
+
+
+def tiny_config(family: str = "decoder", scheme: str = "sinusoidal", **overrides) -> hv.VanillaConfig:
+    fields = dict(
+        architecture=family,
+        position_embedding_type=scheme,
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        hidden_dropout=0.0,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    fields.update(overrides)
+    return hv.VanillaConfig(**fields)
+
+
+def tiny_model(family: str = "decoder", scheme: str = "sinusoidal", seed: int = 0, **overrides):
+    torch.manual_seed(seed)
+    return HEAD_FOR_FAMILY[family](tiny_config(family, scheme, **overrides)).eval()
+
+
+def padded_batch(batch: int = 3, length: int = 9, seed: int = 0, left: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids in [3, VOCAB) and a mask whose rows have 0, 2, 4, ... padding tokens (right or left)."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, VOCAB, (batch, length), generator=generator)
+    mask = torch.ones_like(ids)
+    for row in range(batch):
+        pad = min(2 * row, length - 1)
+        if pad:
+            span = slice(0, pad) if left else slice(length - pad, length)
+            mask[row, span] = 0
+            ids[row, span] = 0
+    return ids, mask
+
+
+def model_inputs(family: str, ids: torch.Tensor, mask: torch.Tensor) -> dict:
+    if family == "encoder-decoder":
+        return dict(input_ids=ids, attention_mask=mask, decoder_input_ids=ids[:, :6], decoder_attention_mask=mask[:, :6])
+    return dict(input_ids=ids, attention_mask=mask)

@@ -1,0 +1,90 @@
+"""Bad configuration is refused when the config is built, naming the field and what is allowed."""
+
+import pytest
+import torch
+
+import hf_vanilla as hv
+from hf_vanilla.configuration_vanilla import PRESETS
+from tests.factories import tiny_config
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(architecture="decoder-only"), r"architecture='decoder-only'.*'encoder', 'decoder', 'encoder-decoder'"),
+        (dict(position_embedding_type="xpos"), r"position_embedding_type='xpos'.*'sinusoidal'.*'rope'.*'alibi'"),
+        (dict(norm_position="sandwich"), r"norm_position='sandwich'.*'pre', 'post'"),
+        (dict(norm_type="scalenorm"), r"norm_type='scalenorm'.*'layernorm', 'rmsnorm'"),
+        (dict(hidden_act="swishy"), r"hidden_act='swishy'.*relu"),
+        (dict(hidden_size=30, num_attention_heads=4, head_dim=None), r"hidden_size=30 is not divisible by num_attention_heads=4"),
+        (dict(num_attention_heads=4, num_key_value_heads=3), r"num_attention_heads=4 is not divisible by num_key_value_heads=3"),
+        (dict(hidden_dropout=1.5), r"hidden_dropout must be in \[0, 1\)"),
+        (dict(num_hidden_layers=0), r"num_hidden_layers must be a positive integer"),
+        (dict(classifier_pooling="max"), r"classifier_pooling='max'.*'first', 'last', 'mean'"),
+        (dict(position_embedding_type="rope", hidden_size=36, num_attention_heads=4, head_dim=9), r"head_dim=9 must be even"),
+    ],
+)
+def test_invalid_config_is_refused_at_build_time(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_config("decoder", **overrides)
+
+
+def test_head_that_does_not_fit_family_is_refused_in_config_and_model():
+    with pytest.raises(ValueError, match=r"VanillaForCausalLM does not fit architecture='encoder'.*'decoder'"):
+        tiny_config("encoder", architectures=["VanillaForCausalLM"])
+    with pytest.raises(ValueError, match=r"VanillaForSeq2SeqLM does not fit architecture='decoder'.*'encoder-decoder'"):
+        hv.VanillaForSeq2SeqLM(tiny_config("decoder"))
+    with pytest.raises(ValueError, match=r"VanillaForMaskedLM does not fit architecture='encoder-decoder'"):
+        hv.VanillaForMaskedLM(tiny_config("encoder-decoder"))
+
+
+@pytest.mark.parametrize("scheme", ["alibi", "relative"])
+def test_flash_attention_is_refused_for_bias_schemes(scheme):
+    with pytest.raises(ValueError, match=rf"flash_attention_2.*{scheme}.*no additive attention bias"):
+        tiny_config("decoder", scheme, attn_implementation="flash_attention_2")
+    model = hv.VanillaForCausalLM(tiny_config("decoder", scheme))
+    with pytest.raises(ValueError, match="no additive attention bias"):
+        model.set_attn_implementation("flash_attention_2")
+
+
+def test_family_flags_are_derived_from_architecture():
+    enc, dec, encdec = (tiny_config(f) for f in ("encoder", "decoder", "encoder-decoder"))
+    assert (enc.is_encoder_decoder, enc.is_decoder, enc.add_cross_attention) == (False, False, False)
+    assert (dec.is_encoder_decoder, dec.is_decoder, dec.add_cross_attention) == (False, True, False)
+    assert (encdec.is_encoder_decoder, encdec.is_decoder, encdec.add_cross_attention) == (True, False, True)
+    assert encdec.decoder_start_token_id == encdec.bos_token_id
+    # Passing inconsistent flags cannot override the family.
+    assert tiny_config("decoder", is_encoder_decoder=True).is_encoder_decoder is False
+
+
+def test_defaults_are_the_papers_base_model():
+    config = hv.VanillaConfig()
+    assert (config.architecture, config.hidden_size, config.intermediate_size) == ("encoder-decoder", 512, 2048)
+    assert (config.num_hidden_layers, config.num_decoder_layers, config.num_attention_heads) == (6, 6, 8)
+    assert (config.hidden_act, config.norm_position, config.position_embedding_type) == ("relu", "post", "sinusoidal")
+    assert config.scale_embedding and config.tie_word_embeddings and config.hidden_dropout == 0.1
+    assert config.head_dim == 64 and config.final_norm is False
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_presets_build_and_round_trip(name, tmp_path):
+    config = hv.VanillaConfig.from_preset(name)
+    config.save_pretrained(tmp_path)
+    reloaded = hv.VanillaConfig.from_pretrained(tmp_path)
+    assert reloaded.to_dict() == config.to_dict()
+
+
+def test_tiny_presets_build_working_models():
+    for name in ("tiny-transformer", "tiny-bert", "tiny-gpt2", "tiny-llama"):
+        config = hv.VanillaConfig.from_preset(name)
+        head = {"encoder": hv.VanillaForMaskedLM, "decoder": hv.VanillaForCausalLM,
+                "encoder-decoder": hv.VanillaForSeq2SeqLM}[config.architecture]
+        ids = torch.randint(3, config.vocab_size, (1, 5))
+        inputs = dict(input_ids=ids, labels=ids)
+        assert torch.isfinite(head(config)(**inputs).loss)
+
+
+def test_preset_overrides_and_unknown_preset():
+    assert hv.VanillaConfig.from_preset("gpt2", num_hidden_layers=3).num_hidden_layers == 3
+    with pytest.raises(ValueError, match="Unknown preset 'gpt-5'.*available: bart-base"):
+        hv.VanillaConfig.from_preset("gpt-5")

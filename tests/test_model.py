@@ -1,0 +1,146 @@
+"""Every family x positional scheme x norm placement trains, and every attention backend agrees."""
+
+import itertools
+
+import pytest
+import torch
+
+import hf_vanilla as hv
+from tests.factories import BACKENDS, FAMILIES, NORMS, SCHEMES, model_inputs, padded_batch, tiny_config, tiny_model
+
+GRID = list(itertools.product(FAMILIES, SCHEMES, NORMS))
+
+
+@pytest.mark.parametrize("family, scheme, norm", GRID)
+def test_trains_with_finite_loss_and_gradients(family, scheme, norm):
+    model = tiny_model(family, scheme, norm_position=norm, norm_type="rmsnorm" if norm == "pre" else "layernorm",
+                       hidden_dropout=0.1, attention_dropout=0.1).train()
+    ids, mask = padded_batch()
+    inputs = model_inputs(family, ids, mask)
+    labels = (inputs.get("decoder_input_ids", ids)).masked_fill(
+        (inputs.get("decoder_attention_mask", mask)) == 0, -100
+    )
+    loss = model(**inputs, labels=labels).loss
+    loss.backward()
+    assert torch.isfinite(loss) and loss.item() > 0
+    grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+    assert all(g is not None and torch.isfinite(g).all() for g in grads.values()), [n for n, g in grads.items() if g is None]
+    # One optimiser step on the same batch lowers the loss: the gradients point somewhere useful.
+    torch.optim.SGD(model.parameters(), lr=0.5).step()
+    model.eval()
+    with torch.no_grad():
+        assert model(**inputs, labels=labels).loss < loss
+
+
+@pytest.mark.parametrize("family, scheme", list(itertools.product(FAMILIES, SCHEMES)))
+def test_attention_backends_agree_with_padding(family, scheme):
+    model = tiny_model(family, scheme)
+    ids, mask = padded_batch(left=family == "decoder")
+    inputs = model_inputs(family, ids, mask)
+    logits = {}
+    for backend in BACKENDS:
+        model.set_attn_implementation(backend)
+        with torch.no_grad():
+            logits[backend] = model(**inputs).logits
+    keep = (inputs.get("decoder_attention_mask", mask)).bool()  # padded positions are free to differ
+    for backend in BACKENDS[1:]:
+        torch.testing.assert_close(logits[backend][keep], logits["eager"][keep], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_output_attentions_and_hidden_states(family):
+    config = tiny_config(family, "alibi", num_decoder_layers=3, attn_implementation="eager")
+    model = hv.VanillaModel(config).eval()
+    ids, mask = padded_batch()
+    out = model(**model_inputs(family, ids, mask), output_attentions=True, output_hidden_states=True)
+    if family == "encoder-decoder":
+        assert len(out.encoder_hidden_states) == 3 and len(out.decoder_hidden_states) == 4
+        assert len(out.encoder_attentions) == 2 and len(out.decoder_attentions) == 3 and len(out.cross_attentions) == 3
+        assert out.cross_attentions[0].shape == (3, 4, 6, 9)  # decoder queries over encoder keys
+        # Cross-attention gives padded encoder positions no weight.
+        assert out.cross_attentions[0][2, :, :, -4:].abs().max() == 0
+        attentions = out.decoder_attentions
+    else:
+        assert len(out.hidden_states) == 3 and len(out.attentions) == 2
+        torch.testing.assert_close(out.hidden_states[-1], out.last_hidden_state)
+        attentions = out.attentions
+    for weights in attentions:
+        torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+    if family != "encoder":
+        assert torch.triu(attentions[0][0], diagonal=1).abs().max() == 0  # causal
+
+
+def test_encoder_decoder_decoder_uses_the_encoder():
+    model = tiny_model("encoder-decoder")
+    ids, mask = padded_batch()
+    inputs = model_inputs("encoder-decoder", ids, mask)
+    other = dict(inputs, input_ids=torch.flip(ids, dims=[0]), attention_mask=torch.flip(mask, dims=[0]))
+    with torch.no_grad():
+        assert not torch.allclose(model(**inputs).logits[0], model(**other).logits[0])
+
+
+def test_decoder_depth_can_differ_from_encoder_depth():
+    model = hv.VanillaForSeq2SeqLM(tiny_config("encoder-decoder", num_hidden_layers=1, num_decoder_layers=3)).eval()
+    assert len(model.model.encoder.layers) == 1 and len(model.model.decoder.layers) == 3
+    ids, mask = padded_batch()
+    generated = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=4, do_sample=False)
+    assert generated.shape == (3, 5)
+
+
+def test_encoder_and_decoder_share_one_embedding_matrix():
+    model = tiny_model("encoder-decoder")
+    embedding = model.get_input_embeddings()
+    assert model.model.encoder.get_input_embeddings() is embedding is model.model.decoder.get_input_embeddings()
+    assert model.lm_head.weight is embedding.weight  # tie_word_embeddings=True
+    names = [n for n, _ in model.named_parameters()]
+    assert sum("embed_tokens" in n for n in names) == 1
+
+
+@pytest.mark.parametrize(
+    "head, family",
+    [
+        (hv.VanillaForSequenceClassification, "encoder"),
+        (hv.VanillaForSequenceClassification, "decoder"),
+        (hv.VanillaForTokenClassification, "encoder"),
+        (hv.VanillaForQuestionAnswering, "encoder"),
+    ],
+)
+def test_understanding_heads(head, family):
+    torch.manual_seed(0)
+    model = head(tiny_config(family, "rope", num_labels=3)).eval()
+    ids, mask = padded_batch()
+    if head is hv.VanillaForQuestionAnswering:
+        out = model(input_ids=ids, attention_mask=mask, start_positions=torch.tensor([1, 2, 0]),
+                    end_positions=torch.tensor([3, 4, 1]))
+        assert out.start_logits.shape == out.end_logits.shape == (3, 9)
+    elif head is hv.VanillaForTokenClassification:
+        out = model(input_ids=ids, attention_mask=mask, labels=torch.randint(0, 3, (3, 9)))
+        assert out.logits.shape == (3, 9, 3)
+    else:
+        out = model(input_ids=ids, attention_mask=mask, labels=torch.tensor([0, 1, 2]))
+        assert out.logits.shape == (3, 3)
+        # The pooled token ignores padding: extra pads do not change a row's prediction.
+        longer = torch.cat([ids, torch.zeros(3, 4, dtype=torch.long)], 1)
+        longer_mask = torch.cat([mask, torch.zeros(3, 4, dtype=torch.long)], 1)
+        torch.testing.assert_close(model(input_ids=longer, attention_mask=longer_mask).logits, out.logits)
+    assert torch.isfinite(out.loss)
+
+
+def test_bad_inputs_get_clear_errors():
+    decoder = tiny_model("decoder", "learned")
+    with pytest.raises(ValueError, match=r"Token id 97 is outside the vocabulary \[0, 97\)"):
+        decoder(input_ids=torch.tensor([[3, 97]]))
+    with pytest.raises(ValueError, match=r"Token id -1 is outside"):
+        decoder(input_ids=torch.tensor([[3, -1]]))
+    with pytest.raises(ValueError, match=r"Position 64 is beyond the 64 learned positions.*truncation=True"):
+        decoder(input_ids=torch.full((1, 65), 5))
+    with pytest.raises(ValueError, match=r"input_ids is empty"):
+        decoder(input_ids=torch.zeros((0, 4), dtype=torch.long))
+    with pytest.raises(ValueError, match=r"input_ids is empty"):
+        decoder(input_ids=torch.zeros((2, 0), dtype=torch.long))
+    encoder = tiny_model("encoder")
+    with pytest.raises(ValueError, match=r"decoder_input_ids given to a encoder-only model"):
+        encoder.model(input_ids=torch.tensor([[3, 4]]), decoder_input_ids=torch.tensor([[3]]))
+    seq2seq = tiny_model("encoder-decoder")
+    with pytest.raises(ValueError, match="Pass exactly one of input_ids or inputs_embeds"):
+        seq2seq(decoder_input_ids=torch.tensor([[3]]))
