@@ -255,13 +255,19 @@ class HubError(Exception):
     """An HTTP error answered the way the Hub does: JSON `{"error": ...}` plus `X-Error-Code`/`X-Error-Message`."""
 
     def __init__(
-        self, status: int, message: str, code: str | None = None, headers: Mapping[str, str] | None = None
+        self,
+        status: int,
+        message: str,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.code = code
         self.headers = dict(headers or {})
+        self.body = dict(body or {})  # extra JSON fields next to "error"
 
 
 class _ClientGone(Exception):
@@ -424,6 +430,7 @@ def _gitattributes_match(pattern: str, path: str) -> bool:
 
 
 def _gitignore_match(gitignore: str, path: str) -> bool:
+    """Whether `path` is ignored by `gitignore` (simplified gitignore semantics: last matching line wins)."""
     ignored = False
     for raw in gitignore.splitlines():
         line = raw.strip()
@@ -433,13 +440,12 @@ def _gitignore_match(gitignore: str, path: str) -> bool:
         pattern = line[1:] if negate else line
         dir_only = pattern.endswith("/")
         pattern = pattern.rstrip("/")
-        if "/" in pattern:
-            candidates = [pattern.lstrip("/")]
-            match = any(fnmatch.fnmatchcase(path, p) or path.startswith(p + "/") for p in candidates)
-        else:
+        if "/" in pattern:  # anchored at the repo root
+            pattern = pattern.lstrip("/")
+            match = fnmatch.fnmatchcase(path, pattern) or path.startswith(pattern + "/")
+        else:  # matches any path component (only directories for "dir/")
             parts = path.split("/")
-            components = parts[:-1] if dir_only else parts
-            match = any(fnmatch.fnmatchcase(part, pattern) for part in components)
+            match = any(fnmatch.fnmatchcase(part, pattern) for part in (parts[:-1] if dir_only else parts))
         if match:
             ignored = not negate
     return ignored
@@ -497,6 +503,9 @@ class _Origin(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, like the real Hub; every response carries Content-Length
     timeout = 60  # so that idle keep-alive threads eventually end
+    # Headers and body go out in separate writes: without TCP_NODELAY, Nagle + the client's delayed ACK stall
+    # every small keep-alive response by ~40 ms.
+    disable_nagle_algorithm = True
     server: _Origin
 
     # -- plumbing -----------------------------------------------------------------------------------------------
@@ -636,7 +645,7 @@ class _Handler(BaseHTTPRequestHandler):
             err.message.replace("\n", " ").encode("latin-1", "replace").decode("latin-1")
         )
         try:
-            self._send_json({"error": err.message}, status=err.status, headers=headers)
+            self._send_json({"error": err.message, **err.body}, status=err.status, headers=headers)
         except OSError:
             self._status = "aborted"
             self.close_connection = True
@@ -850,7 +859,10 @@ class _Handler(BaseHTTPRequestHandler):
         with store.lock:
             existing = store.get(repo_type, repo_id)
             if existing is not None:
-                raise HubError(409, f"You already created this {repo_type} repo", headers={})
+                # The client reads "url" from this 409 when called with exist_ok=True.
+                raise HubError(
+                    409, f"You already created this {repo_type} repo", body={"url": self._repo_url(existing)}
+                )
             repo = store.create_repo(repo_type, repo_id, private, user.name)
         self._send_json({"url": self._repo_url(repo), "name": repo_id, "id": uuid.uuid4().hex[:24]})
 
@@ -1582,7 +1594,13 @@ class HubServer:
     def start(self) -> HubServer:
         for kind, port in (("hub", self._port), ("storage", self._storage_port)):
             origin = _Origin(self._host, port, self, kind)
-            thread = threading.Thread(target=origin.serve_forever, name=f"hub-server-{kind}", daemon=True)
+            # A short poll interval keeps `stop()` (which waits for the serve loop to notice) fast.
+            thread = threading.Thread(
+                target=origin.serve_forever,
+                kwargs={"poll_interval": 0.02},
+                name=f"hub-server-{kind}",
+                daemon=True,
+            )
             thread.start()
             self._origins.append(origin)
             self._threads.append(thread)
