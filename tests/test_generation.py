@@ -1,0 +1,98 @@
+"""KV cache: cached and uncached generation agree for every scheme, with left padding, in every decoding mode."""
+
+import pytest
+import torch
+from transformers import DynamicCache, EncoderDecoderCache, StaticCache
+
+from tests.factories import SCHEMES, padded_batch, tiny_model
+
+GENERATING = ("decoder", "encoder-decoder")
+
+
+def prompts(family):
+    # Decoders pad on the left (generation appends on the right); encoders conventionally on the right.
+    return padded_batch(batch=3, length=7, seed=1, left=family == "decoder")
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("family", GENERATING)
+def test_cached_equals_uncached_greedy_with_padding(family, scheme):
+    model = tiny_model(family, scheme)
+    ids, mask = prompts(family)
+    settings = dict(input_ids=ids, attention_mask=mask, max_new_tokens=10, do_sample=False, eos_token_id=None)
+    cached = model.generate(**settings, use_cache=True)
+    uncached = model.generate(**settings, use_cache=False)
+    static = model.generate(**settings, cache_implementation="static")
+    torch.testing.assert_close(cached, uncached, rtol=0, atol=0)
+    torch.testing.assert_close(cached, static, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_left_padding_does_not_change_a_decoders_continuation(scheme):
+    model = tiny_model("decoder", scheme)
+    ids, mask = prompts("decoder")
+    batch = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=8, do_sample=False, eos_token_id=None)
+    for row in range(ids.shape[0]):
+        real = ids[row][mask[row].bool()][None]
+        alone = model.generate(input_ids=real, max_new_tokens=8, do_sample=False, eos_token_id=None)
+        torch.testing.assert_close(batch[row, -8:], alone[0, -8:], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("scheme", ["rope", "relative", "sinusoidal"])
+@pytest.mark.parametrize("family", GENERATING)
+def test_incremental_logits_match_full_forward(family, scheme):
+    """Feeding tokens one at a time through the cache gives the same logits as one full forward."""
+    model = tiny_model(family, scheme)
+    ids, mask = padded_batch(batch=2, length=6, seed=3, left=True)
+    if family == "decoder":
+        full = model(input_ids=ids, attention_mask=mask).logits
+        cache, steps = DynamicCache(), []
+        for t in range(ids.shape[1]):
+            out = model(input_ids=ids[:, t : t + 1], attention_mask=mask[:, : t + 1], cache=cache, use_cache=True)
+            steps.append(out.logits)
+    else:
+        source, source_mask = padded_batch(batch=2, length=5, seed=4)
+        full = model(input_ids=source, attention_mask=source_mask, decoder_input_ids=ids).logits
+        encoder_outputs = model.get_encoder()(input_ids=source, attention_mask=source_mask)
+        cache, steps = EncoderDecoderCache(DynamicCache(), DynamicCache()), []
+        for t in range(ids.shape[1]):
+            out = model(encoder_outputs=encoder_outputs, attention_mask=source_mask,
+                        decoder_input_ids=ids[:, t : t + 1], cache=cache, use_cache=True)
+            steps.append(out.logits)
+    keep = mask.bool() if family == "decoder" else torch.ones_like(mask, dtype=torch.bool)
+    torch.testing.assert_close(torch.cat(steps, 1)[keep], full[keep], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", GENERATING)
+def test_sampling_and_beam_search_match_without_cache(family):
+    model = tiny_model(family, "rope")
+    ids, mask = prompts(family)
+    for settings in (dict(do_sample=True, top_k=20, temperature=0.9), dict(num_beams=3, do_sample=False)):
+        results = []
+        for use_cache in (True, False):
+            torch.manual_seed(11)
+            results.append(model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=6, eos_token_id=None,
+                                          use_cache=use_cache, **settings))
+        torch.testing.assert_close(results[0], results[1], rtol=0, atol=0)
+        assert results[0].shape[1] == (7 if family == "decoder" else 1) + 6
+
+
+def test_static_cache_with_torch_compile_on_cpu():
+    model = tiny_model("decoder", "rope")
+    ids, mask = prompts("decoder")
+    settings = dict(input_ids=ids, attention_mask=mask, max_new_tokens=6, do_sample=False, eos_token_id=None)
+    eager_tokens = model.generate(**settings, cache_implementation="static")
+    model.forward = torch.compile(model.forward, dynamic=False)
+    compiled_tokens = model.generate(**settings, cache_implementation="static")
+    torch.testing.assert_close(compiled_tokens, eager_tokens, rtol=0, atol=0)
+
+
+def test_explicit_static_cache_object():
+    model = tiny_model("decoder", "alibi")
+    ids, mask = prompts("decoder")
+    cache = StaticCache(config=model.config, max_cache_len=20)
+    out = model.generate(input_ids=ids, attention_mask=mask, cache=cache, max_new_tokens=5, do_sample=False,
+                         eos_token_id=None)
+    reference = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=5, do_sample=False,
+                               eos_token_id=None, use_cache=False)
+    torch.testing.assert_close(out, reference, rtol=0, atol=0)
