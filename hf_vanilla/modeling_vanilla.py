@@ -333,6 +333,34 @@ class VanillaPreTrainedModel(PreTrainedModel):
             )
         super().__init__(config, *args, **kwargs)
 
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """As transformers' ``from_pretrained``, but a checkpoint that lacks backbone weights (or carries backbone
+        weights this model does not have) is an error, never a silently random model.
+
+        A task head missing from the checkpoint (e.g. a new classifier on a pretrained encoder) is still
+        initialised fresh, as in transformers, because it is expected to be trained.
+        """
+        want_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
+        prefix = f"{cls.base_model_prefix}."
+        has_head = any(name.startswith(prefix) for name, _ in model.named_parameters())
+
+        def in_backbone(name: str) -> bool:
+            return name.startswith(prefix) or not has_head
+
+        missing = sorted(k for k in info.get("missing_keys", ()) if in_backbone(k))
+        unexpected = sorted(k for k in info.get("unexpected_keys", ()) if in_backbone(k))
+        if missing or unexpected:
+            source = args[0] if args else kwargs.get("pretrained_model_name_or_path")
+            raise ValueError(
+                f"The checkpoint at {source} does not match {cls.__name__} built from its config.json: "
+                f"missing weights {missing[:8]}{' ...' if len(missing) > 8 else ''}, unexpected weights "
+                f"{unexpected[:8]}{' ...' if len(unexpected) > 8 else ''}. It was saved by a different architecture "
+                "or its config.json was edited; loading it would leave those weights random."
+            )
+        return (model, info) if want_info else model
+
     def _check_and_adjust_attn_implementation(
         self, attn_implementation: str | None, is_init_check: bool = False, allow_all_kernels: bool = False
     ) -> str:
