@@ -41,6 +41,21 @@ for _auto, _model in (
     _auto.register(VanillaConfig, _model, exist_ok=True)
     _model.register_for_auto_class(_auto.__name__)
 
+
+
+def _register_peft_defaults() -> None:
+    """Tell PEFT which modules LoRA adapts by default, so `LoraConfig()` needs no `target_modules`."""
+    import importlib.util
+
+    if importlib.util.find_spec("peft") is None:
+        return
+    from peft.utils import constants
+
+    constants.TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.setdefault(VanillaConfig.model_type, ["q_proj", "v_proj"])
+
+
+_register_peft_defaults()
+
 __all__ = [
     "PRESETS",
     "VanillaConfig",

@@ -728,6 +728,12 @@ class VanillaLMHeadMixin:
     def set_output_embeddings(self, projection: nn.Linear) -> None:
         self.lm_head = projection
 
+    def _lm_loss(self, logits: torch.Tensor, labels: torch.Tensor | None, **kwargs) -> torch.Tensor | None:
+        if labels is None:
+            return None
+        # contiguous: transformers' token losses `view` the labels, which fails on sliced tensors.
+        return self.loss_function(logits=logits, labels=labels.contiguous(), vocab_size=self.config.vocab_size, **kwargs)
+
     def _logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         if self.lm_head_transform is not None:
             hidden_states = self.lm_head_transform(hidden_states)
@@ -775,9 +781,7 @@ class VanillaForCausalLM(VanillaLMHeadMixin, VanillaPreTrainedModel, GenerationM
             **kwargs,
         )
         logits = self._logits(keep_last_logits(outputs.last_hidden_state, logits_to_keep))
-        loss = None
-        if labels is not None:
-            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        loss = self._lm_loss(logits, labels, **kwargs)
         return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
@@ -816,9 +820,7 @@ class VanillaForMaskedLM(VanillaLMHeadMixin, VanillaPreTrainedModel):
             **kwargs,
         )
         logits = self._logits(outputs.last_hidden_state)
-        loss = None
-        if labels is not None:
-            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        loss = self._lm_loss(logits, labels, **kwargs)
         return MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
 
 
@@ -877,9 +879,7 @@ class VanillaForSeq2SeqLM(VanillaLMHeadMixin, VanillaPreTrainedModel, Generation
             **kwargs,
         )
         logits = self._logits(keep_last_logits(outputs.last_hidden_state, logits_to_keep))
-        loss = None
-        if labels is not None:
-            loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
+        loss = self._lm_loss(logits, labels, **kwargs)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,

@@ -63,3 +63,24 @@ def model_inputs(family: str, ids: torch.Tensor, mask: torch.Tensor) -> dict:
     if family == "encoder-decoder":
         return dict(input_ids=ids, attention_mask=mask, decoder_input_ids=ids[:, :6], decoder_attention_mask=mask[:, :6])
     return dict(input_ids=ids, attention_mask=mask)
+
+
+WORDS = "the king queen crown sword castle night day love war peace speak hear see thou thee".split()
+
+
+def tiny_tokenizer(kind: str = "decoder"):
+    """A word-level tokenizer over a few words; ids fit the tiny models' vocabulary."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<s>", "</s>", "<unk>", "<mask>"]
+    vocab = {token: i for i, token in enumerate(specials + WORDS)}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    from tokenizers import decoders
+
+    tokenizer.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+        mask_token="<mask>", padding_side="left" if kind == "decoder" else "right",
+    )
