@@ -514,8 +514,22 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # keep test output clean; requests are recorded in `HubServer.requests` instead
 
     def send_response(self, code: int, message: str | None = None) -> None:
-        self._status: int | str = code
+        # Record before any byte of the response leaves: once the client has its answer, tests may read the log.
+        self._record(code)
         super().send_response(code, message)
+
+    def _record(self, status: int | str) -> None:
+        if not self._recorded:
+            self._recorded = True
+            self.hub.requests.append(
+                RequestRecord(
+                    origin=self.server.kind,
+                    method=self.command,
+                    path=self.path,
+                    status=status,
+                    authorized=self.headers.get("Authorization") is not None,
+                )
+            )
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib naming
         self._handle("GET")
@@ -537,7 +551,7 @@ class _Handler(BaseHTTPRequestHandler):
         return self.server.hub
 
     def _handle(self, method: str) -> None:
-        self._status = 0
+        self._recorded = False
         split = urlsplit(self.path)
         self._query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
         self._query_all = parse_qs(split.query, keep_blank_values=True)
@@ -548,27 +562,14 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 body = self._read_body(MAX_API_BODY)
                 self._route_hub(method, body)
-        except _ClientGone:
-            self._status = "aborted"
+        except (_ClientGone, BrokenPipeError, ConnectionResetError):
+            self._record("aborted")  # no-op if a response had already started
             self.close_connection = True
         except HubError as err:
             self._send_error(err)
-        except (BrokenPipeError, ConnectionResetError):
-            self._status = "aborted"
-            self.close_connection = True
         except Exception:  # a bug in the server: answer 500 and make the fixture fail the test
             self.hub.errors.append(f"{method} {self.path}\n{traceback.format_exc()}")
             self._send_error(HubError(500, "Internal server error"))
-        finally:
-            self.hub.requests.append(
-                RequestRecord(
-                    origin=self.server.kind,
-                    method=method,
-                    path=self.path,
-                    status=self._status,
-                    authorized=self.headers.get("Authorization") is not None,
-                )
-            )
 
     def _body_chunks(self) -> Iterator[bytes]:
         """Yield the request body, raising `_ClientGone` if the stream ends before its announced end."""
@@ -647,7 +648,6 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             self._send_json({"error": err.message, **err.body}, status=err.status, headers=headers)
         except OSError:
-            self._status = "aborted"
             self.close_connection = True
 
     def _send_file(self, path: Path, headers: dict[str, str], content_type: str) -> None:
@@ -1496,6 +1496,7 @@ class _Handler(BaseHTTPRequestHandler):
             os.replace(tmp, dest)
         except _ClientGone:
             if cut_off:
+                self._record("aborted")  # before the client can notice the drop
                 try:
                     self.connection.shutdown(socket.SHUT_RDWR)
                 except OSError:
