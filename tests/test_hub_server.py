@@ -605,6 +605,38 @@ def test_create_pr_commits_to_a_pull_request_ref(hub_server: HubFixture) -> None
     assert api.list_repo_files(repo_id) == [".gitattributes"]
 
 
+def test_dataset_repo_roundtrip_and_delete(hub_server: HubFixture) -> None:
+    api = HfApi()
+    url = api.create_repo("corpus", repo_type="dataset")
+    assert (url, url.repo_type) == (f"{hub_server.url}/datasets/hub-tester/corpus", "dataset")
+    repo_id = url.repo_id
+    parquet = b"PAR1\x00\x00PAR1"
+    api.upload_file(
+        path_or_fileobj=b"a,b\n1,2\n", path_in_repo="train.csv", repo_id=repo_id, repo_type="dataset"
+    )
+    last = api.upload_file(
+        path_or_fileobj=parquet, path_in_repo="data/x.parquet", repo_id=repo_id, repo_type="dataset"
+    )
+    assert last.commit_url == f"{hub_server.url}/datasets/{repo_id}/commit/{last.oid}"
+    info = api.dataset_info(repo_id, files_metadata=True)
+    assert info.sha == last.oid
+    assert [(s.rfilename, s.lfs is not None) for s in info.siblings or []] == [
+        (".gitattributes", False),
+        ("data/x.parquet", True),
+        ("train.csv", False),
+    ]
+    assert Path(hf_hub_download(repo_id, "data/x.parquet", repo_type="dataset")).read_bytes() == parquet
+    # Same name, other repo type: a different repo.
+    with pytest.raises(RepositoryNotFoundError):
+        api.model_info(repo_id)
+
+    api.delete_repo(repo_id, repo_type="dataset")
+    assert api.repo_exists(repo_id, repo_type="dataset") is False
+    with pytest.raises(RepositoryNotFoundError):
+        api.delete_repo(repo_id, repo_type="dataset")
+    api.delete_repo(repo_id, repo_type="dataset", missing_ok=True)
+
+
 def test_transformers_push_to_hub_and_from_pretrained_at_revisions(hub_server: HubFixture) -> None:
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
