@@ -145,6 +145,11 @@ def hub_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubF
     finally:
         close_session()
         server.stop()
+        # If transformers was first imported during the test, its shared HfApi was built with this server's
+        # endpoint and monkeypatch has nothing to restore: drop it so it is rebuilt from the real settings.
+        transformers_hub = sys.modules.get("transformers.utils.hub")
+        if transformers_hub is not None and hasattr(transformers_hub, "_hf_api"):
+            transformers_hub._hf_api = None
     # A 500 from the server is a bug in the server, never an expected outcome: fail the test loudly.
     assert not server.errors, "hub server raised:\n" + "\n".join(server.errors)
     assert not server.pending_upload_files(), "partial uploads left on disk"

@@ -1280,7 +1280,7 @@ class _Handler(BaseHTTPRequestHandler):
                 base_oid = repo.refs[base_ref]
                 if parent_commit is not None:
                     base_oid = self._match_parent(repo, parent_commit).oid
-                target_ref, expected_head, pr_num = None, None, repo.next_pr
+                target_ref, expected_head = None, None  # the PR ref is allocated when committing
             else:
                 target_ref = self._branch_ref(repo, revision)
                 if target_ref is None:
@@ -1288,7 +1288,6 @@ class _Handler(BaseHTTPRequestHandler):
                         raise HubError(404, f"Invalid rev id: {revision}", code="RevisionNotFound")
                     raise HubError(400, f"Cannot commit to {revision!r}: not a branch")
                 base_oid = expected_head = repo.refs[target_ref]
-                pr_num = None
                 if parent_commit is not None and not (
                     isinstance(parent_commit, str)
                     and _SHORT_COMMIT_RE.fullmatch(parent_commit)
