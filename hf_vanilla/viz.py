@@ -254,9 +254,10 @@ def plot_attention_distance(
                        color=f"C{index}", label=kind if layer == 0 else None)
         ax.plot(np.arange(layers) + shift, values.mean(1), color=f"C{index}", alpha=0.5)
         data[kind] = values
+    ax.set_xticks(range(max(len(v) for v in data.values())))
     ax.set_xlabel("layer")
     ax.set_ylabel("average attention distance (tokens)")
-    ax.set_title(title or "How far each head looks (dots: heads, line: layer mean)")
+    ax.set_title(title or "How far each head looks (dots: heads, line: layer mean)", fontsize=10)
     ax.legend()
     return _finish(Picture(figure, data), path)
 
@@ -679,24 +680,47 @@ def hidden_state_norms(model: torch.nn.Module, **inputs: Any) -> dict[str, torch
     Returns ``{"encoder"|"decoder": (layers + 1,)}``, averaged over real tokens. Pre-norm stacks let
     the residual stream grow with depth (each block adds to it); post-norm stacks renormalise it
     after every sub-layer, so it stays near 1 (times the norm's weight).
+
+    For hf_vanilla models the block outputs are caught with hooks, before a stack's final norm:
+    ``output_hidden_states`` reports the last one after that norm, which would hide the growth. For
+    other models the hidden states are used as reported.
     """
+    from .modeling_vanilla import VanillaDecoder, VanillaEncoder
+
     family = model_family(model)
+    stacks = {"encoder" if isinstance(m, VanillaEncoder) else "decoder": m
+              for m in model.modules() if isinstance(m, VanillaEncoder | VanillaDecoder)}
+    caught: dict[str, list[torch.Tensor]] = {kind: [] for kind in stacks}
+    handles = []
+    for kind, stack in stacks.items():
+        handles.append(stack.layers[0].register_forward_pre_hook(
+            lambda module, args, kind=kind: caught[kind].append(args[0])))
+        for layer in stack.layers:
+            handles.append(layer.register_forward_hook(
+                lambda module, args, output, kind=kind: caught[kind].append(output)))
     was_training = model.training
     model.eval()
     try:
         if family != "encoder":
             inputs.setdefault("use_cache", False)
-        outputs = model(**inputs, output_hidden_states=True)
+        outputs = model(**inputs, output_hidden_states=not stacks)
     finally:
         model.train(was_training)
-    if family == "encoder-decoder":
-        found = {"encoder": (outputs.encoder_hidden_states, inputs.get("attention_mask")),
-                 "decoder": (outputs.decoder_hidden_states, inputs.get("decoder_attention_mask"))}
+        for handle in handles:
+            handle.remove()
+    masks = {"encoder": inputs.get("attention_mask"), "decoder": inputs.get("decoder_attention_mask")}
+    if family == "decoder":
+        masks["decoder"] = inputs.get("attention_mask")
+    if stacks:
+        found = {kind: (caught[kind], masks[kind]) for kind in KINDS if kind in caught}
+    elif family == "encoder-decoder":
+        found = {"encoder": (outputs.encoder_hidden_states, masks["encoder"]),
+                 "decoder": (outputs.decoder_hidden_states, masks["decoder"])}
     else:
-        found = {family: (outputs.hidden_states, inputs.get("attention_mask"))}
+        found = {family: (outputs.hidden_states, masks[family])}
     norms = {}
     for kind, (states, mask) in found.items():
-        stacked = torch.stack(states).float()  # (layers + 1, batch, seq, hidden)
+        stacked = torch.stack(list(states)).float()  # (layers + 1, batch, seq, hidden)
         rms = stacked.pow(2).mean(-1).sqrt()
         weights = torch.ones_like(rms[0]) if mask is None else mask.to(rms)
         norms[kind] = ((rms * weights).sum((1, 2)) / weights.sum()).cpu()
@@ -714,7 +738,7 @@ def plot_hidden_state_norms(norms: Mapping[str, torch.Tensor], title: str = "", 
         data[label] = values
     ax.set_xlabel("after block (0 = embeddings)")
     ax.set_ylabel("RMS of the residual stream")
-    ax.set_title(title or "Residual stream size through the stack")
+    ax.set_title(title or "Residual stream size through the stack", fontsize=10)
     ax.legend(fontsize=8)
     return _finish(Picture(figure, data), path)
 

@@ -210,14 +210,22 @@ def test_scores_vs_distance_compares_every_scheme(tmp_path):
 
 def test_post_norm_keeps_the_residual_stream_normalised(tmp_path):
     ids, mask = padded_batch()
-    norms = {}
+    norms, model_pre = {}, None
     for position in ("pre", "post"):
         model = tiny_model("decoder", "sinusoidal", norm_position=position, num_hidden_layers=4)
+        model_pre = model if position == "pre" else model_pre
         norms[position] = viz.hidden_state_norms(model, input_ids=ids, attention_mask=mask)["decoder"]
         assert norms[position].shape == (5,)
     # A fresh LayerNorm (weight 1, bias 0) after every block: RMS 1 up to eps.
     torch.testing.assert_close(norms["post"][1:], torch.ones(4), rtol=0, atol=1e-3)
     torch.testing.assert_close(norms["pre"][0], norms["post"][0])  # same seed, same embeddings
+    # The blocks' own outputs, as output_hidden_states reports them, except the last: that one is
+    # reported after the pre-norm stack's final norm (RMS ~1), which would hide the residual stream.
+    with torch.no_grad():
+        states = model_pre.model.decoder(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+    by_hand = torch.stack([(s.pow(2).mean(-1).sqrt() * mask).sum() / mask.sum() for s in states])
+    torch.testing.assert_close(norms["pre"][:-1], by_hand[:-1])
+    assert by_hand[-1] == pytest.approx(1.0, abs=1e-3) and abs(norms["pre"][-1].item() - 1.0) > 0.1
     picture = viz.plot_hidden_state_norms(norms, path=tmp_path / "norms.png")
     assert set(picture.data) == {"pre", "post"}
     assert_png(tmp_path / "norms.png")
