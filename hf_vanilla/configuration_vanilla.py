@@ -13,6 +13,7 @@ This file travels to the Hub with the model: it imports only transformers and th
 from __future__ import annotations
 
 import copy
+import os
 from typing import Any, ClassVar
 
 from huggingface_hub.dataclasses import strict
@@ -25,6 +26,21 @@ NORM_POSITIONS = ("pre", "post")
 NORM_TYPES = ("layernorm", "rmsnorm")
 SINUSOIDAL_LAYOUTS = ("interleaved", "concatenated")
 CLASSIFIER_POOLINGS = ("first", "last", "mean")
+
+# Keyword arguments transformers itself passes to a config besides its fields (loading, legacy, runtime).
+_PASSED_THROUGH = frozenset(
+    {
+        "num_labels", "auto_map", "model_type", "name_or_path", "_name_or_path", "torch_dtype", "attn_implementation",
+        "output_attentions", "experts_implementation", "per_layer_config", "_commit_hash", "rope_scaling",
+        "rope_theta", "partial_rotary_factor", "_attn_implementation_internal", "_experts_implementation_internal",
+        # generation settings older checkpoints stored in config.json; transformers moves them out
+        "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "temperature", "top_k", "top_p",
+        "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size",
+        "bad_words_ids", "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
+        "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
+        "begin_suppress_tokens", "num_beam_groups", "diversity_penalty",
+    }
+)
 
 # Which families each task head can sit on; checked at config time (via `architectures`) and at model init.
 HEAD_FAMILIES: dict[str, tuple[str, ...]] = {
@@ -152,6 +168,19 @@ class VanillaConfig(PreTrainedConfig):
     decoder_start_token_id: int | None = None
 
     def __post_init__(self, **kwargs):
+        loaded_type = kwargs.get("model_type", self.model_type)
+        if loaded_type != self.model_type:
+            raise ValueError(
+                f"This config describes a {loaded_type!r} model, not hf_vanilla's {self.model_type!r}. Convert the "
+                "checkpoint first: `hf-vanilla convert SRC OUT` or hf_vanilla.convert.from_hf(model)."
+            )
+        unknown = sorted(k for k in kwargs if k not in _PASSED_THROUGH and k not in self.attribute_map)
+        if unknown:
+            raise ValueError(
+                f"VanillaConfig got unknown option(s) {unknown}. Check the spelling against the documented fields "
+                "(help(hf_vanilla.VanillaConfig)); a config.json edited by hand or written for another model "
+                "cannot be trusted to describe these weights."
+            )
         _choice("architecture", self.architecture, ARCHITECTURES)
         # Derived from the family, never set independently: the three must agree.
         self.is_encoder_decoder = self.architecture == "encoder-decoder"
@@ -246,6 +275,13 @@ class VanillaConfig(PreTrainedConfig):
             config = copy.deepcopy(self)
             config.num_hidden_layers = self.num_decoder_layers
         return config
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs: Any) -> VanillaConfig:
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+        except ValueError as error:  # name the file: the message alone does not say which checkpoint is bad
+            raise ValueError(f"{os.path.join(str(pretrained_model_name_or_path), 'config.json')}: {error}") from error
 
     @property
     def encoder_layers(self) -> int:

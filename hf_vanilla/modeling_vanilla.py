@@ -10,8 +10,13 @@ This file travels to the Hub with the model: it imports only torch, transformers
 
 from __future__ import annotations
 
+import ctypes
 import math
+import os
+import shutil
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -333,6 +338,35 @@ class VanillaPreTrainedModel(PreTrainedModel):
             )
         super().__init__(config, *args, **kwargs)
 
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
+        """As transformers' ``save_pretrained``, but atomic: the checkpoint is written beside the target and
+        swapped in whole, so a save killed mid-way (or failing on a full disk) leaves the previous checkpoint
+        intact. Files already in the directory that this save does not write (tokenizer, trainer state,
+        subfolders) are kept.
+        """
+        if not kwargs.get("is_main_process", True):  # other ranks write nothing
+            return super().save_pretrained(save_directory, *args, **kwargs)
+        target = Path(save_directory)
+        if target.is_file():
+            raise ValueError(f"save_pretrained needs a directory, but {target} is a file.")
+        if kwargs.get("push_to_hub"):
+            kwargs.setdefault("repo_id", target.name)  # named after the target, not the staging folder
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.saving-", dir=target.parent))
+        try:
+            super().save_pretrained(staging, *args, **kwargs)
+            if not target.exists():
+                os.replace(staging, target)
+                return None
+            written = {path.name for path in staging.iterdir()}
+            for kept in target.iterdir():
+                if kept.name not in written and not is_checkpoint_file(kept.name):
+                    link_or_copy(kept, staging / kept.name)
+            swap_directories(staging, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return None
+
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
         """As transformers' ``from_pretrained``, but a checkpoint that lacks backbone weights (or carries backbone
@@ -377,6 +411,42 @@ class VanillaPreTrainedModel(PreTrainedModel):
         elif isinstance(module, VanillaForSeq2SeqLM | VanillaForCausalLM | VanillaForMaskedLM):
             if module.lm_head.bias is not None:
                 init.zeros_(module.lm_head.bias)
+
+
+def is_checkpoint_file(name: str) -> bool:
+    """Files a save_pretrained writes or supersedes: stale shards of an older save must not survive it."""
+    return (
+        name in ("config.json", "generation_config.json")
+        or (name.startswith("model") and (name.endswith(".safetensors") or name.endswith(".index.json")))
+        or name.startswith("pytorch_model")
+    )
+
+
+def link_or_copy(source: Path, destination: Path) -> None:
+    """Hard links make keeping large neighbours (trainer checkpoints) cheap; copies where links cannot be made."""
+    if source.is_dir():
+        shutil.copytree(source, destination, copy_function=link_or_copy)
+        return
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copy2(source, destination)
+
+
+def swap_directories(new: Path, target: Path) -> None:
+    """Put ``new`` in place of ``target``; afterwards ``new`` holds the old contents (for deletion).
+
+    Linux exchanges the two atomically (renameat2 RENAME_EXCHANGE): no instant exists without a complete
+    checkpoint at ``target``. Elsewhere two renames, with the old checkpoint kept until the new one is in place.
+    """
+    rename_exchange, at_fdcwd = 2, -100
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is not None and renameat2(at_fdcwd, bytes(new), at_fdcwd, bytes(target), rename_exchange) == 0:
+        return
+    backup = new.with_name(new.name + ".old")
+    os.replace(target, backup)
+    os.replace(new, target)
+    os.replace(backup, new)
 
 
 def reset_positional_buffers(scheme: PositionalScheme) -> None:
