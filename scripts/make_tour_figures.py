@@ -1,7 +1,7 @@
 """Draw the pictures of docs/tour.md into docs/figures/.
 
     python scripts/make_tour_figures.py [MODEL_DIR] [--out docs/figures] [--text ...] [--target ...]
-    python scripts/make_tour_figures.py --positions-only
+    python scripts/make_tour_figures.py --model-free-only
 
 This script trains nothing. With MODEL_DIR (a directory written by ``save_pretrained``, model and
 tokenizer, e.g. the translation model of the project's main training job) the attention pictures
@@ -9,8 +9,9 @@ show that model. Without it, it builds a tiny randomly initialised encoder-decod
 tokenizer over the example sentences, and every title says the weights are untrained: such
 pictures show the *shapes* (masks, padding, the causal triangle), not learned behaviour.
 
-The positional-scheme pictures (``positions-*.png``) do not depend on any model: they use the
-paper's base sizes (d_model 512, 8 heads of 64) and are the ones committed to the repository.
+The positional-scheme pictures (``positions-*.png``) and the cost curve (``attention-cost.png``) do
+not depend on any model: they use the paper's base sizes (d_model 512, d_ff 2048, 8 heads of 64)
+and are the ones committed to the repository. The others are regenerated from a model.
 """
 
 from __future__ import annotations
@@ -61,8 +62,8 @@ def random_model(vocab_size: int, norm_position: str = "post", layers: int = 3, 
     return hv.VanillaForSeq2SeqLM(config).eval()
 
 
-def decoder_inputs(model, tokenizer, text: str):
-    """The inputs of one forward, for the hidden-state norms: source (and target start) of the text."""
+def norm_inputs(model, tokenizer, text: str) -> dict[str, torch.Tensor]:
+    """One forward's inputs for the residual-stream norms: the text, fed to the decoder too (after its start token)."""
     ids = tokenizer(text, return_tensors="pt")["input_ids"]
     if viz.model_family(model) == "encoder-decoder":
         start = torch.full_like(ids[:, :1], model.config.decoder_start_token_id)
@@ -79,12 +80,16 @@ def main(argv: list[str] | None = None) -> int:
                         "or the Spanish verse for the random model")
     parser.add_argument("--layer", type=int, help="layer of the single-head pictures (default: the last)")
     parser.add_argument("--head", type=int, default=0, help="head of the single-head pictures")
-    parser.add_argument("--positions-only", action="store_true", help="only the model-free positions-*.png")
+    parser.add_argument("--model-free-only", action="store_true",
+                        help="only the committed, model-free pictures (positions-*.png, attention-cost.png)")
     args = parser.parse_args(argv)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     written = [p.path for p in viz.write_positional_figures(out).values()]
-    if args.positions_only:
+    base = hv.VanillaConfig.from_preset("transformer-base")
+    written.append(viz.plot_attention_cost(base.hidden_size, base.intermediate_size, base.num_attention_heads,
+                                           path=out / "attention-cost.png").path)
+    if args.model_free_only:
         print("\n".join(f"wrote {p}" for p in written))
         return 0
 
@@ -99,32 +104,30 @@ def main(argv: list[str] | None = None) -> int:
 
     maps = viz.attention_maps(model, tokenizer, args.text, target=target, title=label)
     first = maps.kinds[0]
-    layer = args.layer if args.layer is not None else maps.weights[first].shape[0] - 1
+    # The last layer every stack has (an encoder-decoder's decoder may be shallower than its encoder).
+    layer = args.layer if args.layer is not None else min(w.shape[0] for w in maps.weights.values()) - 1
     written.append(viz.plot_attention(maps, first, layer, args.head, path=out / "attention-head.png").path)
     written.append(viz.plot_attention(maps, first, path=out / "attention-grid.png").path)
     written.append(viz.plot_attention_kinds(maps, layer, args.head, path=out / "attention-kinds.png").path)
     if "cross" in maps.weights:
         written.append(viz.plot_attention(maps, "cross", path=out / "attention-cross.png").path)
     distances = {k: viz.average_attention_distance(maps.weights[k]) for k in maps.kinds if k != "cross"}
-    written.append(viz.plot_attention_distance(distances, f"{label}\naverage attention distance per head (dots: heads, line: layer mean)",
-                                               path=out / "attention-distance.png").path)
+    title = f"{label}\naverage attention distance per head (dots: heads, line: layer mean)"
+    written.append(viz.plot_attention_distance(distances, title, path=out / "attention-distance.png").path)
 
     if args.model_dir:
-        norms = viz.hidden_state_norms(model, **decoder_inputs(model, tokenizer, args.text))
+        norms = viz.hidden_state_norms(model, **norm_inputs(model, tokenizer, args.text))
         norms = {f"{kind} ({model.config.norm_position}-norm)": values for kind, values in norms.items()}
         title = f"{label}: residual stream through the stacks"
     else:  # the same random model twice, pre- and post-norm, six layers: the contrast is the point
         norms = {}
         for position in ("pre", "post"):
             twin = random_model(len(tokenizer), position, layers=6)
-            encoder = viz.hidden_state_norms(twin, **decoder_inputs(twin, tokenizer, args.text))["encoder"]
+            encoder = viz.hidden_state_norms(twin, **norm_inputs(twin, tokenizer, args.text))["encoder"]
             norms[f"{position}-norm encoder"] = encoder
         title = "Residual stream, pre- vs post-norm (untrained, random weights)"
     written.append(viz.plot_hidden_state_norms(norms, title, path=out / "block-norms.png").path)
 
-    config = model.config if args.model_dir else hv.VanillaConfig.from_preset("transformer-base")
-    written.append(viz.plot_attention_cost(config.hidden_size, config.intermediate_size, config.num_attention_heads,
-                                           path=out / "attention-cost.png").path)
     print("\n".join(f"wrote {p}" for p in written))
     return 0
 
