@@ -1,0 +1,1135 @@
+"""Exact conversion between hf_vanilla models and the native transformers models they generalise.
+
+``from_hf(model)`` turns a loaded Llama, GPT-2, BERT, BART, Marian or T5 model into the hf_vanilla model that
+computes the same function; ``to_hf(model)`` goes back, or says which options have no native counterpart.
+``convert_checkpoint(src, out)`` does the same for checkpoint directories (tokenizer and generation config
+included), and ``hf-vanilla convert SRC OUT`` is its command line.
+
+Each native architecture is described by data, not by code paths:
+
+* a weight table (:class:`W` rows) naming, for every hf_vanilla tensor, the native tensor holding the same
+  numbers and how it is laid out (GPT-2's transposed Conv1D and fused q|k|v, BART's (1, vocab) logits bias);
+* a config mapping: the VanillaConfig values the architecture hard-codes (``fixed``), the fields that only
+  change name (``renamed``), and two small functions for the few fields computed from several others.
+
+Every architectural difference is a VanillaConfig option; nothing here special-cases a model beyond its tables.
+
+Heavy imports (torch, transformers) happen inside functions, as for every CLI module (see ``cli.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import math
+import shutil
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel
+
+    from .configuration_vanilla import VanillaConfig
+    from .modeling_vanilla import VanillaPreTrainedModel
+
+# ----------------------------------------------------------------------------------------------
+# The description format
+
+
+class W(NamedTuple):
+    """One row of a weight table: an hf_vanilla tensor and the native tensor(s) holding the same numbers.
+
+    Base-model rows are relative to the base model on each side (``VanillaModel``; ``LlamaModel``,
+    ``GPT2Model``, ...); head rows are absolute. ``{i}`` stands for every layer of the stack the hf_vanilla
+    name starts with, a trailing ``*`` for both ``weight`` and ``bias``. A row applies where both models have
+    the tensor, so optional biases and alternative layouts (T5's gated ``wi_0``/``wi_1`` or plain ``wi``)
+    are simply more rows; afterwards every tensor on both sides must have been matched.
+    """
+
+    vanilla: str
+    native: str | tuple[str, ...]  # several names: one tensor tied under each (shared embeddings)
+    conv1d: bool = False  # GPT-2's Conv1D stores (in, out), nn.Linear (out, in): transposed
+    part: tuple[int, int] | None = None  # (index, count): a slice of a fused projection (GPT-2's c_attn = q|k|v)
+    row: bool = False  # a (1, n) buffer natively (final_logits_bias), (n,) in hf_vanilla
+    computed: bool = False  # fixed sinusoids: checked on the way in, recomputed by the native model on the way out
+
+
+@dataclass(frozen=True)
+class Head:
+    """A native class and the hf_vanilla class with the same head."""
+
+    vanilla: str
+    base: str  # where the native class keeps its base model: "model.", "transformer.", "bert." or ""
+    weights: tuple[W, ...] = ()
+    fixed: Mapping[str, Any] = field(default_factory=dict)  # VanillaConfig values this head implies
+    init_kwargs: Mapping[str, Any] = field(default_factory=dict)  # for the native constructor
+    dropped: tuple[str, ...] = ()  # native tensors hf_vanilla has no place for: dropped with a warning
+
+
+@dataclass
+class Problems:
+    """Settings one side can express and the other cannot."""
+
+    hard: list[str] = field(default_factory=list)  # the converted model would compute something else
+    soft: list[str] = field(default_factory=list)  # only training would differ (dropout): a warning
+
+
+@dataclass(frozen=True)
+class Architecture:
+    model_type: str
+    config_class: str
+    family: str
+    heads: Mapping[str, Head]  # native class name -> head; the first is the default for a bare checkpoint
+    weights: tuple[W, ...]
+    fixed: Mapping[str, Any]  # VanillaConfig values the native architecture hard-codes
+    renamed: Mapping[str, str]  # VanillaConfig field -> native config field holding the same value
+    derived: frozenset[str] = frozenset()  # VanillaConfig fields the two functions below compute
+    # native config -> derived VanillaConfig fields
+    to_vanilla: Callable[[Any], dict[str, Any]] = lambda native: {}
+    # VanillaConfig -> derived native config fields; records what the native config cannot say
+    to_native: Callable[[Any, Problems], dict[str, Any]] = lambda config, problems: {}
+    # native settings with no VanillaConfig counterpart
+    unsupported: Callable[[Any, Problems], None] = lambda native, problems: None
+
+
+# ----------------------------------------------------------------------------------------------
+# Shared pieces of the tables
+
+_LM_HEADS = ("VanillaForCausalLM", "VanillaForMaskedLM", "VanillaForSeq2SeqLM")
+_LM_HEAD_FIELDS = ("lm_head_bias", "lm_head_transform", "lm_head_scale", "tie_word_embeddings")
+_POOLING_FIELDS = ("pooler", "classifier_pooling")
+# Fields that change no computation of a trained model (ids, init, caching) or are settled elsewhere.
+_BOOKKEEPING = frozenset({
+    "architecture", "initializer_range", "use_cache", "is_encoder_decoder", "is_decoder", "add_cross_attention",
+    "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
+})
+# Fields that only matter while training: a mismatch is worth a warning, not a refusal.
+_SOFT = frozenset({"hidden_dropout", "attention_dropout", "activation_dropout", "classifier_dropout"})
+# Generation settings some native configs still declare; they travel in the generation config.
+_GENERATION_FIELDS = ("forced_bos_token_id", "forced_eos_token_id")
+
+_NO_LM_HEAD = dict(lm_head_bias=False, lm_head_transform=False, lm_head_scale=1.0)
+
+
+def _attention(vanilla: str, native: str, q: str, k: str, v: str, o: str) -> tuple[W, ...]:
+    return tuple(W(f"{vanilla}.{a}_proj.*", f"{native}.{b}.*") for a, b in zip("qkvo", (q, k, v, o), strict=True))
+
+
+def _mha(config: VanillaConfig, problems: Problems, arch: str, free_head_dim: bool = False) -> None:
+    """Architectures without grouped-query attention (and, most, without a free head width)."""
+    if config.num_key_value_heads != config.num_attention_heads:
+        problems.hard.append(
+            f"num_key_value_heads={config.num_key_value_heads} (grouped-query attention; {arch} has one key/value "
+            f"head per query head, {config.num_attention_heads})"
+        )
+    if not free_head_dim and config.head_dim * config.num_attention_heads != config.hidden_size:
+        problems.hard.append(
+            f"head_dim={config.head_dim} ({arch} needs hidden_size / num_attention_heads = "
+            f"{config.hidden_size // config.num_attention_heads})"
+        )
+
+
+def _differs(native: Any, name: str, other: str, problems: Problems, soft: bool = False) -> None:
+    """Two native fields hf_vanilla keeps as one (encoder and decoder widths, dropout rates)."""
+    a, b = getattr(native, name), getattr(native, other)
+    if a != b:
+        (problems.soft if soft else problems.hard).append(
+            f"{name}={a!r} differs from {other}={b!r} (hf_vanilla has one value for both)"
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# Llama
+
+
+def _llama_unsupported(native: Any, problems: Problems) -> None:
+    # Llama's default RoPE rotates the whole head; hf_vanilla would honour a partial factor.
+    factor = (native.rope_parameters or {}).get("partial_rotary_factor", 1.0)
+    if factor != 1.0:
+        problems.hard.append(f"rope_parameters['partial_rotary_factor']={factor} (Llama ignores it)")
+
+
+def _llama_to_native(config: VanillaConfig, problems: Problems) -> dict[str, Any]:
+    _llama_unsupported(config, problems)
+    return {}
+
+
+LLAMA = Architecture(
+    model_type="llama",
+    config_class="LlamaConfig",
+    family="decoder",
+    heads={
+        "LlamaForCausalLM": Head("VanillaForCausalLM", "model.", (W("lm_head.weight", "lm_head.weight"),),
+                                 fixed=_NO_LM_HEAD),
+        "LlamaModel": Head("VanillaModel", ""),
+    },
+    weights=(
+        W("embed_tokens.weight", "embed_tokens.weight"),
+        *_attention("decoder.layers.{i}.self_attn", "layers.{i}.self_attn", "q_proj", "k_proj", "v_proj", "o_proj"),
+        W("decoder.layers.{i}.self_attn_step.norm.weight", "layers.{i}.input_layernorm.weight"),
+        W("decoder.layers.{i}.mlp.gate_proj.*", "layers.{i}.mlp.gate_proj.*"),
+        W("decoder.layers.{i}.mlp.up_proj.*", "layers.{i}.mlp.up_proj.*"),
+        W("decoder.layers.{i}.mlp.down_proj.*", "layers.{i}.mlp.down_proj.*"),
+        W("decoder.layers.{i}.mlp_step.norm.weight", "layers.{i}.post_attention_layernorm.weight"),
+        W("decoder.final_norm.weight", "norm.weight"),
+    ),
+    fixed=dict(
+        position_embedding_type="rope", norm_position="pre", norm_type="rmsnorm", final_norm=True,
+        embedding_norm=False, scale_embedding=False, attention_scale=None, gated_ffn=True, type_vocab_size=0,
+        hidden_dropout=0.0, activation_dropout=0.0,
+    ),
+    renamed=dict(
+        vocab_size="vocab_size", hidden_size="hidden_size", intermediate_size="intermediate_size",
+        num_hidden_layers="num_hidden_layers", num_attention_heads="num_attention_heads",
+        num_key_value_heads="num_key_value_heads", head_dim="head_dim", hidden_act="hidden_act",
+        max_position_embeddings="max_position_embeddings", rope_parameters="rope_parameters", norm_eps="rms_norm_eps",
+        attention_bias="attention_bias", mlp_bias="mlp_bias", attention_dropout="attention_dropout",
+        initializer_range="initializer_range", tie_word_embeddings="tie_word_embeddings",
+    ),
+    to_native=_llama_to_native,
+    unsupported=_llama_unsupported,
+)
+
+# ----------------------------------------------------------------------------------------------
+# GPT-2
+
+
+def _effective_scale(config: VanillaConfig) -> float:
+    return config.attention_scale if config.attention_scale is not None else config.head_dim**-0.5
+
+
+def _gpt2_to_vanilla(native: Any) -> dict[str, Any]:
+    return dict(
+        intermediate_size=native.n_inner or 4 * native.n_embd,
+        attention_scale=None if native.scale_attn_weights else 1.0,
+        num_key_value_heads=native.n_head,
+        head_dim=native.n_embd // native.n_head,
+    )
+
+
+def _gpt2_to_native(config: VanillaConfig, problems: Problems) -> dict[str, Any]:
+    _mha(config, problems, "gpt2")
+    scale = _effective_scale(config)
+    if not (math.isclose(scale, config.head_dim**-0.5) or scale == 1.0):
+        problems.hard.append(f"attention_scale={scale} (gpt2 scales by 1/sqrt(head_dim) or not at all)")
+    return dict(
+        # None is GPT-2's spelling of 4 * n_embd; keeping it makes the round trip give back the same config.
+        n_inner=None if config.intermediate_size == 4 * config.hidden_size else config.intermediate_size,
+        scale_attn_weights=scale != 1.0,
+        embd_pdrop=config.hidden_dropout,
+    )
+
+
+def _gpt2_unsupported(native: Any, problems: Problems) -> None:
+    if native.scale_attn_by_inverse_layer_idx:
+        problems.hard.append("scale_attn_by_inverse_layer_idx=True (a per-layer attention scale)")
+    if native.add_cross_attention:
+        problems.hard.append("add_cross_attention=True (a decoder attending to an encoder: use an encoder-decoder)")
+    _differs(native, "embd_pdrop", "resid_pdrop", problems, soft=True)
+
+
+GPT2 = Architecture(
+    model_type="gpt2",
+    config_class="GPT2Config",
+    family="decoder",
+    heads={
+        "GPT2LMHeadModel": Head("VanillaForCausalLM", "transformer.", (W("lm_head.weight", "lm_head.weight"),),
+                                fixed=_NO_LM_HEAD),
+        "GPT2Model": Head("VanillaModel", ""),
+    },
+    weights=(
+        W("embed_tokens.weight", "wte.weight"),
+        W("decoder.positions.embeddings.weight", "wpe.weight"),
+        W("decoder.layers.{i}.self_attn_step.norm.*", "h.{i}.ln_1.*"),
+        W("decoder.layers.{i}.self_attn.q_proj.*", "h.{i}.attn.c_attn.*", conv1d=True, part=(0, 3)),
+        W("decoder.layers.{i}.self_attn.k_proj.*", "h.{i}.attn.c_attn.*", conv1d=True, part=(1, 3)),
+        W("decoder.layers.{i}.self_attn.v_proj.*", "h.{i}.attn.c_attn.*", conv1d=True, part=(2, 3)),
+        W("decoder.layers.{i}.self_attn.o_proj.*", "h.{i}.attn.c_proj.*", conv1d=True),
+        W("decoder.layers.{i}.mlp_step.norm.*", "h.{i}.ln_2.*"),
+        W("decoder.layers.{i}.mlp.up_proj.*", "h.{i}.mlp.c_fc.*", conv1d=True),
+        W("decoder.layers.{i}.mlp.down_proj.*", "h.{i}.mlp.c_proj.*", conv1d=True),
+        W("decoder.final_norm.*", "ln_f.*"),
+    ),
+    fixed=dict(
+        position_embedding_type="learned", position_offset=0, norm_position="pre", norm_type="layernorm",
+        norm_bias=True, final_norm=True, embedding_norm=False, scale_embedding=False, gated_ffn=False,
+        attention_bias=True, mlp_bias=True, type_vocab_size=0, activation_dropout=0.0,
+    ),
+    renamed=dict(
+        vocab_size="vocab_size", hidden_size="n_embd", num_hidden_layers="n_layer", num_attention_heads="n_head",
+        max_position_embeddings="n_positions", hidden_act="activation_function", norm_eps="layer_norm_epsilon",
+        hidden_dropout="resid_pdrop", attention_dropout="attn_pdrop", initializer_range="initializer_range",
+        tie_word_embeddings="tie_word_embeddings",
+    ),
+    derived=frozenset({"intermediate_size", "attention_scale", "num_key_value_heads", "head_dim"}),
+    to_vanilla=_gpt2_to_vanilla,
+    to_native=_gpt2_to_native,
+    unsupported=_gpt2_unsupported,
+)
+
+# ----------------------------------------------------------------------------------------------
+# BERT
+
+
+def _bert_to_native(config: VanillaConfig, problems: Problems) -> dict[str, Any]:
+    _mha(config, problems, "bert")
+    if config.type_vocab_size < 1:
+        problems.hard.append("type_vocab_size=0 (bert always adds token-type embeddings)")
+    return {}
+
+
+def _bert_unsupported(native: Any, problems: Problems) -> None:
+    if native.is_decoder or native.add_cross_attention:
+        problems.hard.append("is_decoder/add_cross_attention=True (BERT as a causal decoder)")
+
+
+_BERT_LAYER = "encoder.layer.{i}"
+BERT = Architecture(
+    model_type="bert",
+    config_class="BertConfig",
+    family="encoder",
+    heads={
+        "BertForMaskedLM": Head(
+            "VanillaForMaskedLM",
+            "bert.",
+            (
+                W("lm_head_transform.0.*", "cls.predictions.transform.dense.*"),
+                W("lm_head_transform.2.*", "cls.predictions.transform.LayerNorm.*"),
+                W("lm_head.weight", "cls.predictions.decoder.weight"),
+                W("lm_head.bias", ("cls.predictions.decoder.bias", "cls.predictions.bias")),
+            ),
+            fixed=dict(lm_head_bias=True, lm_head_transform=True, lm_head_scale=1.0),
+        ),
+        "BertForSequenceClassification": Head(
+            "VanillaForSequenceClassification",
+            "bert.",
+            (W("pooler.dense.*", "bert.pooler.dense.*"), W("score.*", "classifier.*")),
+            fixed=dict(pooler=True, classifier_pooling="first"),
+        ),
+        # VanillaModel returns hidden states only: BERT's pooled output belongs to the classification head.
+        "BertModel": Head("VanillaModel", "", init_kwargs=dict(add_pooling_layer=False), dropped=("pooler.dense.*",)),
+    },
+    weights=(
+        W("embed_tokens.weight", "embeddings.word_embeddings.weight"),
+        W("encoder.positions.embeddings.weight", "embeddings.position_embeddings.weight"),
+        W("encoder.token_type_embeddings.weight", "embeddings.token_type_embeddings.weight"),
+        W("encoder.embedding_norm.*", "embeddings.LayerNorm.*"),
+        *_attention("encoder.layers.{i}.self_attn", _BERT_LAYER + ".attention", "self.query", "self.key",
+                    "self.value", "output.dense"),
+        W("encoder.layers.{i}.self_attn_step.norm.*", _BERT_LAYER + ".attention.output.LayerNorm.*"),
+        W("encoder.layers.{i}.mlp.up_proj.*", _BERT_LAYER + ".intermediate.dense.*"),
+        W("encoder.layers.{i}.mlp.down_proj.*", _BERT_LAYER + ".output.dense.*"),
+        W("encoder.layers.{i}.mlp_step.norm.*", _BERT_LAYER + ".output.LayerNorm.*"),
+    ),
+    fixed=dict(
+        position_embedding_type="learned", position_offset=0, norm_position="post", norm_type="layernorm",
+        norm_bias=True, embedding_norm=True, final_norm=False, scale_embedding=False, attention_scale=None,
+        gated_ffn=False, attention_bias=True, mlp_bias=True, activation_dropout=0.0,
+    ),
+    renamed=dict(
+        vocab_size="vocab_size", hidden_size="hidden_size", intermediate_size="intermediate_size",
+        num_hidden_layers="num_hidden_layers", num_attention_heads="num_attention_heads", hidden_act="hidden_act",
+        max_position_embeddings="max_position_embeddings", type_vocab_size="type_vocab_size",
+        norm_eps="layer_norm_eps", hidden_dropout="hidden_dropout_prob",
+        attention_dropout="attention_probs_dropout_prob", classifier_dropout="classifier_dropout",
+        initializer_range="initializer_range", tie_word_embeddings="tie_word_embeddings",
+    ),
+    derived=frozenset({"num_key_value_heads", "head_dim"}),
+    to_vanilla=lambda native: dict(num_key_value_heads=native.num_attention_heads),
+    to_native=_bert_to_native,
+    unsupported=_bert_unsupported,
+)
+
+# ----------------------------------------------------------------------------------------------
+# BART and Marian: the same post-norm encoder-decoder; they differ in positions and the embedding norm
+
+
+def _seq2seq_layers() -> tuple[W, ...]:
+    rows: list[W] = []
+    for stack in ("encoder", "decoder"):
+        layer, native = f"{stack}.layers.{{i}}", f"{stack}.layers.{{i}}"
+        rows += _attention(f"{layer}.self_attn", f"{native}.self_attn", "q_proj", "k_proj", "v_proj", "out_proj")
+        rows += [
+            W(f"{layer}.self_attn_step.norm.*", f"{native}.self_attn_layer_norm.*"),
+            W(f"{layer}.mlp.up_proj.*", f"{native}.fc1.*"),
+            W(f"{layer}.mlp.down_proj.*", f"{native}.fc2.*"),
+            W(f"{layer}.mlp_step.norm.*", f"{native}.final_layer_norm.*"),
+        ]
+    rows += _attention("decoder.layers.{i}.cross_attn", "decoder.layers.{i}.encoder_attn", "q_proj", "k_proj",
+                       "v_proj", "out_proj")
+    rows.append(W("decoder.layers.{i}.cross_attn_step.norm.*", "decoder.layers.{i}.encoder_attn_layer_norm.*"))
+    return tuple(rows)
+
+
+_SHARED_EMBEDDING = W("embed_tokens.weight", ("shared.weight", "encoder.embed_tokens.weight",
+                                              "decoder.embed_tokens.weight"))
+_SEQ2SEQ_LM_HEAD = (W("lm_head.weight", "lm_head.weight"), W("lm_head.bias", "final_logits_bias", row=True))
+_SEQ2SEQ_FIXED = dict(
+    norm_position="post", norm_type="layernorm", norm_bias=True, norm_eps=1e-5, final_norm=False,
+    attention_scale=None, gated_ffn=False, attention_bias=True, mlp_bias=True, type_vocab_size=0,
+)
+_SEQ2SEQ_RENAMED = dict(
+    vocab_size="vocab_size", hidden_size="d_model", intermediate_size="encoder_ffn_dim",
+    num_hidden_layers="encoder_layers", num_decoder_layers="decoder_layers",
+    num_attention_heads="encoder_attention_heads", hidden_act="activation_function",
+    max_position_embeddings="max_position_embeddings", scale_embedding="scale_embedding", hidden_dropout="dropout",
+    attention_dropout="attention_dropout", activation_dropout="activation_dropout", initializer_range="init_std",
+    decoder_start_token_id="decoder_start_token_id", tie_word_embeddings="tie_word_embeddings",
+)
+
+
+def _seq2seq_to_native(config: VanillaConfig, problems: Problems, arch: str) -> dict[str, Any]:
+    _mha(config, problems, arch)
+    return dict(decoder_ffn_dim=config.intermediate_size, decoder_attention_heads=config.num_attention_heads)
+
+
+def _seq2seq_unsupported(native: Any, problems: Problems) -> None:
+    _differs(native, "encoder_ffn_dim", "decoder_ffn_dim", problems)
+    _differs(native, "encoder_attention_heads", "decoder_attention_heads", problems)
+    _differs(native, "encoder_layerdrop", "decoder_layerdrop", problems, soft=True)
+    if native.encoder_layerdrop:
+        problems.soft.append(f"encoder_layerdrop={native.encoder_layerdrop} (hf_vanilla has no LayerDrop)")
+
+
+BART = Architecture(
+    model_type="bart",
+    config_class="BartConfig",
+    family="encoder-decoder",
+    heads={
+        "BartForConditionalGeneration": Head("VanillaForSeq2SeqLM", "model.", _SEQ2SEQ_LM_HEAD,
+                                             fixed=dict(lm_head_bias=True, lm_head_transform=False, lm_head_scale=1.0)),
+        "BartModel": Head("VanillaModel", ""),
+    },
+    weights=(
+        _SHARED_EMBEDDING,
+        W("encoder.positions.embeddings.weight", "encoder.embed_positions.weight"),
+        W("decoder.positions.embeddings.weight", "decoder.embed_positions.weight"),
+        W("encoder.embedding_norm.*", "encoder.layernorm_embedding.*"),
+        W("decoder.embedding_norm.*", "decoder.layernorm_embedding.*"),
+        *_seq2seq_layers(),
+    ),
+    # BART's learned table reserves its first two rows (a fairseq legacy): position 0 sits at row 2.
+    fixed=dict(_SEQ2SEQ_FIXED, position_embedding_type="learned", position_offset=2, embedding_norm=True),
+    renamed=dict(_SEQ2SEQ_RENAMED, classifier_dropout="classifier_dropout"),
+    derived=frozenset({"num_key_value_heads", "head_dim"}),
+    to_vanilla=lambda native: dict(num_key_value_heads=native.encoder_attention_heads),
+    to_native=lambda config, problems: _seq2seq_to_native(config, problems, "bart"),
+    unsupported=_seq2seq_unsupported,
+)
+
+
+def _marian_to_native(config: VanillaConfig, problems: Problems) -> dict[str, Any]:
+    return dict(_seq2seq_to_native(config, problems, "marian"), decoder_vocab_size=config.vocab_size,
+                share_encoder_decoder_embeddings=True)
+
+
+def _marian_unsupported(native: Any, problems: Problems) -> None:
+    _seq2seq_unsupported(native, problems)
+    if not native.share_encoder_decoder_embeddings or native.decoder_vocab_size not in (None, native.vocab_size):
+        problems.hard.append(
+            "share_encoder_decoder_embeddings=False / decoder_vocab_size != vocab_size (separate source and target "
+            "vocabularies; hf_vanilla shares one embedding)"
+        )
+
+
+MARIAN = Architecture(
+    model_type="marian",
+    config_class="MarianConfig",
+    family="encoder-decoder",
+    heads={
+        "MarianMTModel": Head("VanillaForSeq2SeqLM", "model.", _SEQ2SEQ_LM_HEAD,
+                              fixed=dict(lm_head_bias=True, lm_head_transform=False, lm_head_scale=1.0)),
+        "MarianModel": Head("VanillaModel", ""),
+    },
+    weights=(
+        _SHARED_EMBEDDING,
+        # Marian stores its fixed sinusoids as a frozen weight; hf_vanilla computes them.
+        W("encoder.positions.table", "encoder.embed_positions.weight", computed=True),
+        W("decoder.positions.table", "decoder.embed_positions.weight", computed=True),
+        *_seq2seq_layers(),
+    ),
+    fixed=dict(_SEQ2SEQ_FIXED, position_embedding_type="sinusoidal", sinusoidal_layout="concatenated",
+               position_offset=0, embedding_norm=False),
+    renamed=_SEQ2SEQ_RENAMED,
+    derived=frozenset({"num_key_value_heads", "head_dim"}),
+    to_vanilla=lambda native: dict(num_key_value_heads=native.encoder_attention_heads),
+    to_native=_marian_to_native,
+    unsupported=_marian_unsupported,
+)
+
+# ----------------------------------------------------------------------------------------------
+# T5 (v1.0 and v1.1)
+
+
+def _t5_to_vanilla(native: Any) -> dict[str, Any]:
+    return dict(
+        gated_ffn=native.is_gated_act,
+        hidden_act=native.dense_act_fn,
+        # transformers 5 always ties T5's embeddings in its config and keeps the v1.0/v1.1 difference, the
+        # d_model**-0.5 rescaling before the output projection, in `scale_decoder_outputs`.
+        lm_head_scale=native.d_model**-0.5 if native.scale_decoder_outputs else 1.0,
+        # T5 applies its one dropout rate everywhere, attention weights and the FFN inside included.
+        attention_dropout=native.dropout_rate,
+        activation_dropout=native.dropout_rate,
+        num_key_value_heads=native.num_heads,
+        tie_word_embeddings=native.tie_word_embeddings,
+    )
+
+
+def _t5_to_native(config: VanillaConfig, problems: Problems) -> dict[str, Any]:
+    _mha(config, problems, "t5", free_head_dim=True)
+    act = config.hidden_act
+    if config.gated_ffn:
+        # T5Config reads "gated-gelu" as gelu_new (tanh approximation), for compatibility with v1.1 checkpoints.
+        if act == "gelu":
+            problems.hard.append("gated_ffn=True with hidden_act='gelu' (t5 reads 'gated-gelu' as gelu_new)")
+        projection = "gated-gelu" if act == "gelu_new" else f"gated-{act}"
+    else:
+        projection = act
+    scale = config.lm_head_scale
+    rescaled = math.isclose(scale, config.hidden_size**-0.5)
+    if not (rescaled or scale == 1.0):
+        problems.hard.append(f"lm_head_scale={scale} (t5 uses d_model**-0.5 = {config.hidden_size**-0.5} or 1.0)")
+    for name in ("attention_dropout", "activation_dropout"):
+        if getattr(config, name) != config.hidden_dropout:
+            problems.soft.append(f"{name}={getattr(config, name)} (t5 uses dropout_rate={config.hidden_dropout})")
+    # T5Config turns `tie_word_embeddings` into `scale_decoder_outputs`; whether lm_head really shares the
+    # embedding follows the weights (equal: tied), as when transformers loads a v1.1 checkpoint.
+    return dict(feed_forward_proj=projection, tie_word_embeddings=rescaled)
+
+
+def _t5_unsupported(native: Any, problems: Problems) -> None:
+    if native.is_decoder:
+        problems.hard.append("is_decoder=True (a T5 stack on its own)")
+
+
+def _t5_layers() -> tuple[W, ...]:
+    rows: list[W] = []
+    for stack, mlp in (("encoder", 1), ("decoder", 2)):
+        layer, block = f"{stack}.layers.{{i}}", f"{stack}.block.{{i}}.layer"
+        rows += _attention(f"{layer}.self_attn", f"{block}.0.SelfAttention", "q", "k", "v", "o")
+        rows += [
+            W(f"{layer}.self_attn_step.norm.weight", f"{block}.0.layer_norm.weight"),
+            W(f"{layer}.mlp.gate_proj.weight", f"{block}.{mlp}.DenseReluDense.wi_0.weight"),  # gated (v1.1)
+            W(f"{layer}.mlp.up_proj.weight", f"{block}.{mlp}.DenseReluDense.wi_1.weight"),
+            W(f"{layer}.mlp.up_proj.weight", f"{block}.{mlp}.DenseReluDense.wi.weight"),  # plain (v1.0)
+            W(f"{layer}.mlp.down_proj.weight", f"{block}.{mlp}.DenseReluDense.wo.weight"),
+            W(f"{layer}.mlp_step.norm.weight", f"{block}.{mlp}.layer_norm.weight"),
+        ]
+        # T5 keeps a stack's relative bias in its first layer and shares it with the others.
+        rows.append(W(f"{stack}.positions.relative_attention_bias.weight",
+                      f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"))
+        rows.append(W(f"{stack}.final_norm.weight", f"{stack}.final_layer_norm.weight"))
+    rows += _attention("decoder.layers.{i}.cross_attn", "decoder.block.{i}.layer.1.EncDecAttention", "q", "k", "v", "o")
+    rows.append(W("decoder.layers.{i}.cross_attn_step.norm.weight", "decoder.block.{i}.layer.1.layer_norm.weight"))
+    return tuple(rows)
+
+
+T5 = Architecture(
+    model_type="t5",
+    config_class="T5Config",
+    family="encoder-decoder",
+    heads={
+        "T5ForConditionalGeneration": Head("VanillaForSeq2SeqLM", "", (W("lm_head.weight", "lm_head.weight"),),
+                                           fixed=dict(lm_head_bias=False, lm_head_transform=False)),
+        "T5Model": Head("VanillaModel", ""),
+    },
+    weights=(_SHARED_EMBEDDING, *_t5_layers()),
+    fixed=dict(
+        position_embedding_type="relative", norm_position="pre", norm_type="rmsnorm", final_norm=True,
+        embedding_norm=False, scale_embedding=False, attention_scale=1.0, attention_bias=False, mlp_bias=False,
+        type_vocab_size=0,
+    ),
+    renamed=dict(
+        vocab_size="vocab_size", hidden_size="d_model", head_dim="d_kv", intermediate_size="d_ff",
+        num_hidden_layers="num_layers", num_decoder_layers="num_decoder_layers", num_attention_heads="num_heads",
+        relative_attention_num_buckets="relative_attention_num_buckets",
+        relative_attention_max_distance="relative_attention_max_distance", norm_eps="layer_norm_epsilon",
+        hidden_dropout="dropout_rate", classifier_dropout="classifier_dropout",
+        decoder_start_token_id="decoder_start_token_id",
+    ),
+    derived=frozenset({"gated_ffn", "hidden_act", "lm_head_scale", "attention_dropout", "activation_dropout",
+                       "num_key_value_heads", "tie_word_embeddings"}),
+    to_vanilla=_t5_to_vanilla,
+    to_native=_t5_to_native,
+    unsupported=_t5_unsupported,
+)
+
+#: The native architectures, by ``config.model_type``.
+ARCHITECTURES: dict[str, Architecture] = {arch.model_type: arch for arch in (LLAMA, GPT2, BERT, BART, MARIAN, T5)}
+
+
+def supported_classes() -> dict[str, str]:
+    """Native class name -> the hf_vanilla class it converts to."""
+    return {name: head.vanilla for arch in ARCHITECTURES.values() for name, head in arch.heads.items()}
+
+
+# ----------------------------------------------------------------------------------------------
+# Config translation
+
+
+def _vanilla_config_fields() -> tuple[dataclasses.Field, ...]:
+    from transformers import PreTrainedConfig
+
+    from .configuration_vanilla import VanillaConfig
+
+    inherited = {f.name for f in dataclasses.fields(PreTrainedConfig)}
+    return tuple(f for f in dataclasses.fields(VanillaConfig) if f.name not in inherited)
+
+
+def _relevant(name: str, config: VanillaConfig, head_class: str) -> bool:
+    """Whether a VanillaConfig field changes what this model computes (e.g. rope_parameters only with RoPE)."""
+    scheme = config.position_embedding_type
+    if name in _LM_HEAD_FIELDS:
+        return head_class in _LM_HEADS
+    if name in _POOLING_FIELDS:
+        return head_class == "VanillaForSequenceClassification"
+    return {
+        "position_offset": scheme in ("learned", "sinusoidal"),
+        "sinusoidal_layout": scheme == "sinusoidal",
+        "max_position_embeddings": scheme in ("learned", "rope"),
+        "rope_parameters": scheme == "rope",
+        "relative_attention_num_buckets": scheme == "relative",
+        "relative_attention_max_distance": scheme == "relative",
+        "norm_bias": config.norm_type == "layernorm",
+        "num_decoder_layers": config.architecture == "encoder-decoder",
+    }.get(name, True)
+
+
+def _same(name: str, value: Any, expected: Any, config: VanillaConfig) -> bool:
+    if name == "attention_scale":  # None means 1/sqrt(head_dim): compare what attention actually uses
+        value = _effective_scale(config)
+        expected = config.head_dim**-0.5 if expected is None else expected
+    if isinstance(value, float) and isinstance(expected, float):
+        return math.isclose(value, expected, rel_tol=1e-9)
+    return value == expected
+
+
+def covered_fields(arch: Architecture, head: Head) -> frozenset[str]:
+    """The VanillaConfig fields the architecture's tables account for."""
+    return frozenset(arch.fixed) | frozenset(head.fixed) | frozenset(arch.renamed) | arch.derived
+
+
+def _check_native_form(config: VanillaConfig, arch: Architecture, head: Head, head_class: str) -> Problems:
+    """Everything in ``config`` the native architecture cannot express."""
+    problems = Problems()
+    expected = {**arch.fixed, **head.fixed}
+    covered = covered_fields(arch, head)
+    for spec in _vanilla_config_fields():
+        name = spec.name
+        if name in _BOOKKEEPING or not _relevant(name, config, head_class):
+            continue
+        value = getattr(config, name)
+        if name in expected and not _same(name, value, expected[name], config):
+            (problems.soft if name in _SOFT else problems.hard).append(
+                f"{name}={value!r} ({arch.model_type} has {expected[name]!r})"
+            )
+        elif name not in covered and name not in _SOFT and value != spec.default:
+            # An option newer than this converter's tables: refuse rather than silently drop it.
+            problems.hard.append(f"{name}={value!r} (not mapped for {arch.model_type})")
+    return problems
+
+
+def _to_vanilla_config(model: PreTrainedModel, arch: Architecture, head: Head) -> VanillaConfig:
+    from .configuration_vanilla import VanillaConfig
+
+    native = model.config
+    fields: dict[str, Any] = {**arch.fixed, **head.fixed}
+    fields.update({ours: copy.deepcopy(getattr(native, theirs)) for ours, theirs in arch.renamed.items()
+                   if hasattr(native, theirs)})
+    fields.update(arch.to_vanilla(native))
+    fields.update(
+        architecture=arch.family,
+        architectures=[head.vanilla],
+        pad_token_id=native.pad_token_id,
+        bos_token_id=getattr(native, "bos_token_id", None),
+        eos_token_id=getattr(native, "eos_token_id", None),
+        id2label=copy.deepcopy(native.id2label),
+        label2id=copy.deepcopy(native.label2id),
+        problem_type=native.problem_type,
+        dtype=native.dtype,
+    )
+    if head.vanilla in _LM_HEADS:
+        fields["tie_word_embeddings"] = _is_tied(model)
+    if arch.family == "encoder-decoder" and fields.get("decoder_start_token_id") is None:
+        # T5 keeps it in the generation config only, and by convention starts decoding with the pad token.
+        start = model.generation_config.decoder_start_token_id if model.generation_config else None
+        fields["decoder_start_token_id"] = start if start is not None else native.pad_token_id
+    if fields.get("head_dim") is None:
+        fields.pop("head_dim", None)
+    config = VanillaConfig(**fields)
+    config._attn_implementation = native._attn_implementation
+    return config
+
+
+def _native_fields(config: VanillaConfig, arch: Architecture, problems: Problems) -> dict[str, Any]:
+    # None in a VanillaConfig field means "the default" (classifier_dropout, decoder_start_token_id): leave the
+    # native config its own default rather than a None its strict validation may refuse.
+    fields = {theirs: copy.deepcopy(getattr(config, ours)) for ours, theirs in arch.renamed.items()
+              if getattr(config, ours) is not None}
+    fields.update(arch.to_native(config, problems))
+    fields.update(
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        id2label=copy.deepcopy(config.id2label),
+        label2id=copy.deepcopy(config.label2id),
+        problem_type=config.problem_type,
+        dtype=config.dtype,
+    )
+    return fields
+
+
+def _native_config(
+    config: VanillaConfig, arch: Architecture, native_class: str, fields: dict[str, Any], generation: Any
+) -> Any:
+    import transformers
+
+    config_class = getattr(transformers, arch.config_class)
+    declared = {f.name for f in dataclasses.fields(config_class)}
+    for name in _GENERATION_FIELDS:  # BART and Marian still declare these; keep them in step
+        if name in declared and generation is not None:
+            fields[name] = getattr(generation, name, None)
+    native = config_class(**fields, architectures=[native_class])
+    native._attn_implementation = config._attn_implementation
+    return native
+
+
+# ----------------------------------------------------------------------------------------------
+# Weight translation
+
+
+def _is_tied(model: PreTrainedModel) -> bool:
+    """Whether the output projection really is the input embedding (T5 v1.1 checkpoints load untied)."""
+    output, embedding = model.get_output_embeddings(), model.get_input_embeddings()
+    if output is None or embedding is None:
+        return False
+    a, b = output.weight, embedding.weight
+    return a is b or (a.shape == b.shape and a.device == b.device and a.data_ptr() == b.data_ptr())
+
+
+class _Pair(NamedTuple):
+    vanilla: str
+    native: tuple[str, ...]
+    row: W
+
+
+def _pairs(arch: Architecture, head: Head, config: VanillaConfig, head_class: str) -> Iterator[_Pair]:
+    """The weight table with layers and ``*`` expanded and both base prefixes applied."""
+    depth = {"encoder": config.num_hidden_layers,
+             "decoder": config.num_decoder_layers if config.is_encoder_decoder else config.num_hidden_layers}
+    vanilla_base = "" if head_class == "VanillaModel" else "model."
+    tables = [(row, vanilla_base, head.base) for row in arch.weights] + [(row, "", "") for row in head.weights]
+    for row, ours_prefix, theirs_prefix in tables:
+        natives = (row.native,) if isinstance(row.native, str) else row.native
+        layers = range(depth[row.vanilla.split(".")[0]]) if "{i}" in row.vanilla else (None,)
+        suffixes = ("weight", "bias") if row.vanilla.endswith("*") else ("",)
+        for i in layers:
+            for suffix in suffixes:
+
+                def name(template: str, i: int | None = i, suffix: str = suffix) -> str:
+                    text = template.format(i=i) if i is not None else template
+                    return text[:-1] + suffix if suffix else text
+
+                yield _Pair(ours_prefix + name(row.vanilla), tuple(theirs_prefix + name(n) for n in natives), row)
+
+
+def _star(name: str) -> tuple[str, ...]:
+    return (name[:-1] + "weight", name[:-1] + "bias") if name.endswith("*") else (name,)
+
+
+def _into_vanilla(tensor: torch.Tensor, row: W) -> torch.Tensor:
+    import torch
+
+    if row.part is not None:
+        index, count = row.part
+        tensor = tensor.chunk(count, dim=-1)[index]
+    if row.conv1d and tensor.ndim == 2:
+        tensor = tensor.T
+    if row.row:
+        tensor = tensor.squeeze(0)
+    return tensor.detach().clone(memory_format=torch.contiguous_format)
+
+
+def _into_native(tensor: torch.Tensor, row: W) -> torch.Tensor:
+    if row.row:
+        tensor = tensor.unsqueeze(0)
+    if row.conv1d and tensor.ndim == 2:
+        tensor = tensor.T
+    return tensor.detach()
+
+
+def _skeleton(model_class: type, config: Any, **kwargs: Any) -> Any:
+    """The model on the meta device: its tensor names and shapes, without allocating or initialising weights."""
+    import torch
+
+    with torch.device("meta"):
+        return model_class(config, **kwargs)
+
+
+def _fill(model: Any, state: dict[str, torch.Tensor]) -> None:
+    """Give a meta skeleton the converted tensors, and let the model compute the rest itself.
+
+    What the state lacks (non-persistent buffers: RoPE frequencies, sinusoid tables; Marian's fixed positions)
+    is allocated and filled by the model's own initialisation, as ``from_pretrained`` does.
+    """
+    import torch
+    from torch import nn
+
+    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
+    if unexpected:
+        raise RuntimeError(f"hf_vanilla.convert produced tensors {type(model).__name__} does not have: {unexpected}")
+    loaded = model.state_dict(keep_vars=True)
+    for name in state:
+        loaded[name]._is_hf_initialized = True  # the model's init leaves these alone
+    first = next(iter(state.values()))
+    floats = [t.dtype for t in state.values() if t.is_floating_point()]
+    dtype = max(set(floats), key=floats.count) if floats else first.dtype
+    for module in model.modules():
+        for name, buffer in list(module._buffers.items()):
+            if buffer is not None and buffer.is_meta:  # buffers keep their own dtype (float32 frequencies)
+                module._buffers[name] = torch.empty_like(buffer, device=first.device)
+        for name, param in list(module._parameters.items()):
+            if param is not None and param.is_meta:
+                fresh = torch.empty_like(param, device=first.device, dtype=dtype)
+                module._parameters[name] = nn.Parameter(fresh, requires_grad=param.requires_grad)
+    model.initialize_weights()
+    for target, source in list(model.all_tied_weights_keys.items()):
+        # Tied by the config but different in the state (a T5 v1.1 lm_head): keep them apart, as loading does.
+        if target in state and source in state and not torch.equal(state[target], state[source]):
+            model.all_tied_weights_keys.pop(target)
+    model.tie_weights(missing_keys=set(missing), recompute_mapping=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# The two directions
+
+
+def _native_spec(model: PreTrainedModel) -> tuple[Architecture, Head]:
+    model_type = getattr(model.config, "model_type", None)
+    arch = ARCHITECTURES.get(model_type)
+    head = arch.heads.get(type(model).__name__) if arch else None
+    if head is None:
+        supported = ", ".join(supported_classes())
+        raise ValueError(f"No conversion for {type(model).__name__} (model_type={model_type!r}); supported: {supported}.")
+    return arch, head
+
+
+def from_hf(model: PreTrainedModel) -> VanillaPreTrainedModel:
+    """The hf_vanilla model computing exactly what ``model`` (a native transformers model) computes.
+
+    The weights are copied (the two models share no storage), the generation config comes along, and the
+    result is in the same train/eval mode. Raises ``ValueError`` naming every native setting hf_vanilla
+    cannot express (GPT-2's per-layer attention scaling, Marian's separate target vocabulary, ...).
+    """
+    import torch
+    from transformers.utils import logging
+
+    from . import modeling_vanilla
+
+    logger = logging.get_logger(__name__)
+    arch, head = _native_spec(model)
+    problems = Problems()
+    arch.unsupported(model.config, problems)
+    if problems.hard:
+        raise ValueError(
+            f"{type(model).__name__} uses settings hf_vanilla cannot express: {'; '.join(problems.hard)}."
+        )
+    for message in problems.soft:
+        logger.warning(f"from_hf: {message}; only training is affected.")
+
+    config = _to_vanilla_config(model, arch, head)
+    vanilla = _skeleton(getattr(modeling_vanilla, head.vanilla), config)
+    wanted = set(vanilla.state_dict())
+    native_state = model.state_dict()
+    state: dict[str, torch.Tensor] = {}
+    used: set[str] = set()
+    computed: list[_Pair] = []
+    for pair in _pairs(arch, head, config, head.vanilla):
+        source = pair.native[0]
+        if source not in native_state:
+            continue
+        if pair.row.computed:
+            computed.append(pair)
+            used.add(source)
+            continue
+        if pair.vanilla not in wanted:
+            continue
+        tensor = native_state[source]
+        for alias in pair.native[1:]:
+            if alias in native_state and not torch.equal(native_state[alias], tensor):
+                raise ValueError(
+                    f"{alias} differs from {source}; hf_vanilla holds a single {pair.row.vanilla} for both."
+                )
+        used.update(name for name in pair.native if name in native_state)
+        state[pair.vanilla] = _into_vanilla(tensor, pair.row)
+
+    dropped = {name for pattern in head.dropped for name in _star(pattern) if name in native_state}
+    if dropped:
+        logger.warning(f"from_hf: {type(model).__name__} weights with no place in {head.vanilla} dropped: "
+                       f"{sorted(dropped)}.")
+    unmatched = sorted(set(native_state) - used - dropped)
+    missing = sorted(wanted - set(state))
+    if unmatched or missing:
+        raise ValueError(
+            f"Cannot convert {type(model).__name__} exactly: native tensors without a counterpart {unmatched}, "
+            f"hf_vanilla tensors without a source {missing}."
+        )
+    _fill(vanilla, state)
+    for pair in computed:  # positions hf_vanilla computes must be the ones the checkpoint holds
+        ours, theirs = vanilla.get_buffer(pair.vanilla), native_state[pair.native[0]]
+        tolerance = 2 * torch.finfo(theirs.dtype).eps
+        if ours.shape[0] < theirs.shape[0] or not torch.allclose(
+            ours[: theirs.shape[0]].to(theirs.device, torch.float32), theirs.float(), atol=tolerance, rtol=0
+        ):
+            raise ValueError(f"{pair.native[0]} is not the sinusoid table hf_vanilla computes; it was changed.")
+
+    if vanilla.can_generate() and model.generation_config is not None:
+        vanilla.generation_config = copy.deepcopy(model.generation_config)
+        if config.is_encoder_decoder and vanilla.generation_config.decoder_start_token_id is None:
+            vanilla.generation_config.decoder_start_token_id = config.decoder_start_token_id
+    return vanilla.train(model.training)
+
+
+def to_hf(model: VanillaPreTrainedModel, model_type: str | None = None) -> PreTrainedModel:
+    """The native transformers model computing exactly what ``model`` computes.
+
+    The target architecture is the one whose tables match the config (``model_type`` forces one). When no
+    native architecture can express the model, ``ValueError`` lists, per candidate, every option without a
+    native counterpart (e.g. ``position_embedding_type='alibi'``); dropout differences only warn.
+    """
+    import torch
+    import transformers
+    from transformers.utils import logging
+
+    logger = logging.get_logger(__name__)
+    config, head_class = model.config, type(model).__name__
+    candidates = [
+        (arch, name, head)
+        for arch in ARCHITECTURES.values()
+        if arch.family == config.architecture and (model_type is None or arch.model_type == model_type)
+        for name, head in arch.heads.items()
+        if head.vanilla == head_class
+    ]
+    if not candidates:
+        raise ValueError(
+            f"No native architecture{f' {model_type!r}' if model_type else ''} has a counterpart for {head_class} "
+            f"with architecture={config.architecture!r}; supported: {', '.join(sorted(set(supported_classes().values())))} "
+            f"as {', '.join(supported_classes())}."
+        )
+    attempts = []
+    for arch, native_class, head in candidates:
+        problems = _check_native_form(config, arch, head, head_class)
+        fields = _native_fields(config, arch, problems)
+        attempts.append((arch, native_class, head, fields, problems))
+    fitting = [attempt for attempt in attempts if not attempt[4].hard]
+    if not fitting:
+        attempts.sort(key=lambda attempt: len(attempt[4].hard))
+        lines = "\n".join(f"  as {arch.model_type} ({name}): {'; '.join(problems.hard)}"
+                          for arch, name, _, _, problems in attempts)
+        raise ValueError(
+            f"{head_class}(architecture={config.architecture!r}) has options with no native transformers "
+            f"counterpart:\n{lines}\nKeep it as an hf_vanilla model (save_pretrained / push_to_hub), or change "
+            "those options."
+        )
+    arch, native_class, head, fields, problems = fitting[0]
+    for message in problems.soft:
+        logger.warning(f"to_hf: {message}; only training is affected.")
+    native_config = _native_config(config, arch, native_class, fields,
+                                   model.generation_config if model.can_generate() else None)
+
+    native = _skeleton(getattr(transformers, native_class), native_config, **head.init_kwargs)
+    wanted = set(native.state_dict())
+    vanilla_state = model.state_dict()
+    parts: dict[str, dict[int, torch.Tensor]] = {}
+    counts: dict[str, int] = {}
+    used: set[str] = set()
+    for pair in _pairs(arch, head, config, head_class):
+        targets = [name for name in pair.native if name in wanted]
+        if pair.row.computed or pair.vanilla not in vanilla_state or not targets:
+            continue
+        used.add(pair.vanilla)
+        tensor = _into_native(vanilla_state[pair.vanilla], pair.row)
+        index, count = pair.row.part or (0, 1)
+        for name in targets:
+            parts.setdefault(name, {})[index] = tensor
+            counts[name] = count
+    state = {}
+    for name, pieces in parts.items():
+        if len(pieces) != counts[name]:
+            raise RuntimeError(f"hf_vanilla.convert: {name} needs {counts[name]} parts, found {len(pieces)}.")
+        joined = torch.cat([pieces[i] for i in sorted(pieces)], dim=-1) if len(pieces) > 1 else pieces[0]
+        state[name] = joined.clone(memory_format=torch.contiguous_format)
+    computed = {name for pair in _pairs(arch, head, config, head_class) if pair.row.computed for name in pair.native}
+    unmatched = sorted(set(vanilla_state) - used)
+    missing = sorted(wanted - set(state) - computed)
+    if unmatched or missing:
+        raise ValueError(
+            f"Cannot convert {head_class} to {native_class} exactly: hf_vanilla tensors without a counterpart "
+            f"{unmatched}, native tensors without a source {missing}."
+        )
+    _fill(native, state)
+    if native.can_generate() and model.can_generate():
+        native.generation_config = copy.deepcopy(model.generation_config)
+    return native.train(model.training)
+
+
+# ----------------------------------------------------------------------------------------------
+# Checkpoint directories
+
+
+# Files a checkpoint directory holds that the conversion rewrites (weights, configs) or must not carry over
+# (hf_vanilla's remote code would make a native checkpoint load foreign classes; the model card describes
+# the source model). Everything else at the top level -- tokenizer, vocabularies, chat template, licence --
+# is copied as is.
+_NOT_COPIED_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".gguf",
+                        ".ot", ".index.json", ".py")
+_NOT_COPIED_NAMES = frozenset({"config.json", "generation_config.json", "README.md", ".gitattributes"})
+
+
+@dataclass
+class ConversionReport:
+    """What :func:`convert_checkpoint` did."""
+
+    source_class: str
+    target_class: str
+    out_dir: Path
+    copied: list[str]
+
+
+def _read_model_type(src: Path) -> str:
+    config_file = src / "config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"{config_file} not found: SRC_DIR must be a checkpoint directory (save_pretrained).")
+    model_type = json.loads(config_file.read_text()).get("model_type")
+    if not model_type:
+        raise ValueError(f"{config_file} names no model_type.")
+    return model_type
+
+
+def _load_native(src: Path, model_type: str) -> PreTrainedModel:
+    import transformers
+
+    arch = ARCHITECTURES.get(model_type)
+    if arch is None:
+        raise ValueError(
+            f"{src} holds a {model_type!r} model; hf_vanilla converts {', '.join(ARCHITECTURES)} (and 'vanilla')."
+        )
+    config = transformers.AutoConfig.from_pretrained(src, local_files_only=True)
+    named = [name for name in (config.architectures or []) if name in arch.heads]
+    if config.architectures and not named:
+        raise ValueError(
+            f"{src} holds a {config.architectures[0]}; for {model_type} hf_vanilla converts {', '.join(arch.heads)}."
+        )
+    model_class = getattr(transformers, named[0] if named else next(iter(arch.heads)))
+    return model_class.from_pretrained(src, config=config, local_files_only=True, dtype="auto")
+
+
+def _load_vanilla(src: Path) -> VanillaPreTrainedModel:
+    from . import modeling_vanilla
+    from .configuration_vanilla import VanillaConfig
+
+    config = VanillaConfig.from_pretrained(src, local_files_only=True)
+    default = {"encoder": "VanillaForMaskedLM", "decoder": "VanillaForCausalLM",
+               "encoder-decoder": "VanillaForSeq2SeqLM"}[config.architecture]
+    name = next((n for n in (config.architectures or []) if hasattr(modeling_vanilla, n)), default)
+    return getattr(modeling_vanilla, name).from_pretrained(src, config=config, local_files_only=True, dtype="auto")
+
+
+def _copy_side_files(src: Path, out: Path) -> list[str]:
+    copied = []
+    for path in sorted(src.iterdir()):
+        name = path.name
+        if (not path.is_file() or name.startswith(".") or name in _NOT_COPIED_NAMES
+                or name.endswith(_NOT_COPIED_SUFFIXES) or (out / name).exists()):
+            continue
+        shutil.copy2(path, out / name)
+        copied.append(name)
+    return copied
+
+
+def convert_checkpoint(
+    src_dir: str | Path, out_dir: str | Path, to_native: bool | None = None, overwrite: bool = False
+) -> ConversionReport:
+    """Convert a checkpoint directory: native -> hf_vanilla, or hf_vanilla -> native.
+
+    The direction follows the source's ``model_type`` (``"vanilla"`` goes to native); ``to_native`` makes it
+    an assertion. Weights are saved as safetensors in the checkpoint's dtype; the generation config
+    (decoder_start_token_id, forced_eos_token_id, beam settings ...) comes along with the model, and the
+    tokenizer files (and any other non-weight files) are copied unchanged. Everything is read from local
+    files only.
+    """
+    src, out = Path(src_dir), Path(out_dir)
+    model_type = _read_model_type(src)
+    is_vanilla = model_type == "vanilla"
+    if to_native is not None and to_native != is_vanilla:
+        raise ValueError(
+            f"{src} holds a {model_type!r} model, so it converts to {'native' if is_vanilla else 'hf_vanilla'}; "
+            f"drop --to-{'vanilla' if is_vanilla else 'native'}."
+        )
+    if out.exists() and out.resolve() == src.resolve():
+        raise ValueError("OUT_DIR must differ from SRC_DIR.")
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise FileExistsError(f"{out} is not empty; choose a new directory or pass overwrite=True (--overwrite).")
+    source = _load_vanilla(src) if is_vanilla else _load_native(src, model_type)
+    target = to_hf(source) if is_vanilla else from_hf(source)
+    target.save_pretrained(out)
+    return ConversionReport(type(source).__name__, type(target).__name__, out, _copy_side_files(src, out))
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line
+
+
+def add_cli(subparsers: argparse._SubParsersAction) -> None:
+    """``hf-vanilla convert SRC_DIR OUT_DIR [--to-native | --to-vanilla] [--overwrite]``."""
+    parser = subparsers.add_parser(
+        "convert",
+        help="convert a checkpoint between native transformers and hf_vanilla",
+        description=(
+            "Convert a checkpoint directory exactly: a native Llama, GPT-2, BERT, BART, Marian or T5 checkpoint "
+            "becomes an hf_vanilla one, and an hf_vanilla checkpoint becomes native when its options allow. The "
+            "direction follows SRC_DIR's model_type; tokenizer files and the generation config are carried over."
+        ),
+    )
+    parser.add_argument("src_dir", metavar="SRC_DIR", help="checkpoint directory to read (local files only)")
+    parser.add_argument("out_dir", metavar="OUT_DIR", help="directory to write (new or empty)")
+    direction = parser.add_mutually_exclusive_group()
+    direction.add_argument("--to-native", action="store_true", help="require SRC_DIR to be an hf_vanilla checkpoint")
+    direction.add_argument("--to-vanilla", action="store_true", help="require SRC_DIR to be a native checkpoint")
+    parser.add_argument("--overwrite", action="store_true", help="write into a non-empty OUT_DIR")
+    parser.set_defaults(func=_run_cli)
+
+
+def _run_cli(args: argparse.Namespace) -> int:
+    to_native = True if args.to_native else False if args.to_vanilla else None
+    try:
+        report = convert_checkpoint(args.src_dir, args.out_dir, to_native=to_native, overwrite=args.overwrite)
+    except (ValueError, FileNotFoundError, FileExistsError) as error:
+        print(f"hf-vanilla convert: {error}", file=sys.stderr)
+        return 1
+    print(f"{report.source_class} -> {report.target_class}: wrote {report.out_dir}")
+    if report.copied:
+        print(f"copied: {', '.join(report.copied)}")
+    return 0
+
+
+__all__ = [
+    "ARCHITECTURES",
+    "Architecture",
+    "ConversionReport",
+    "Head",
+    "W",
+    "add_cli",
+    "convert_checkpoint",
+    "covered_fields",
+    "from_hf",
+    "supported_classes",
+    "to_hf",
+]
