@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from .configuration_vanilla import VanillaConfig
+from .modeling_vanilla import VanillaDecoder, VanillaEncoder
 from .positional import (
     ALiBiPositions,
     RelativePositionBias,
@@ -365,7 +366,7 @@ def plot_attention(
     num_layers, num_heads = weights.shape[:2]
     for name, value, limit in (("layer", layer, num_layers), ("head", head, num_heads)):
         if value is not None and not 0 <= value < limit:
-            raise ValueError(f"--{name} {value} is out of range: the {kind} attention has {limit} {name}s (0-{limit - 1}).")
+            raise ValueError(f"{name} {value} is out of range: the {kind} attention has {limit} {name}s (0-{limit - 1}).")
     query_tokens, key_tokens = maps.axes(kind)
     what = {"encoder": "encoder self-attention", "decoder": "decoder self-attention",
             "cross": "cross-attention (decoder queries, encoder keys)"}[kind]
@@ -685,8 +686,6 @@ def hidden_state_norms(model: torch.nn.Module, **inputs: Any) -> dict[str, torch
     ``output_hidden_states`` reports the last one after that norm, which would hide the growth. For
     other models the hidden states are used as reported.
     """
-    from .modeling_vanilla import VanillaDecoder, VanillaEncoder
-
     family = model_family(model)
     stacks = {"encoder" if isinstance(m, VanillaEncoder) else "decoder": m
               for m in model.modules() if isinstance(m, VanillaEncoder | VanillaDecoder)}
