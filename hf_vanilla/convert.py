@@ -989,7 +989,7 @@ def to_hf(model: VanillaPreTrainedModel, model_type: str | None = None) -> PreTr
 # the source model). Everything else at the top level -- tokenizer, vocabularies, chat template, licence --
 # is copied as is.
 _NOT_COPIED_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".gguf",
-                        ".ot", ".index.json", ".py")
+                        ".ot", ".tflite", ".pb", ".keras", ".index.json", ".py")
 _NOT_COPIED_NAMES = frozenset({"config.json", "generation_config.json", "README.md", ".gitattributes"})
 
 
@@ -1027,8 +1027,11 @@ def _load_native(src: Path, model_type: str) -> PreTrainedModel:
         raise ValueError(
             f"{src} holds a {config.architectures[0]}; for {model_type} hf_vanilla converts {', '.join(arch.heads)}."
         )
-    model_class = getattr(transformers, named[0] if named else next(iter(arch.heads)))
-    return model_class.from_pretrained(src, config=config, local_files_only=True, dtype="auto")
+    name = named[0] if named else next(iter(arch.heads))
+    # init_kwargs: a BertModel is built without the pooler hf_vanilla would drop (nothing is randomly initialised).
+    return getattr(transformers, name).from_pretrained(
+        src, config=config, local_files_only=True, dtype="auto", **arch.heads[name].init_kwargs
+    )
 
 
 def _load_vanilla(src: Path) -> VanillaPreTrainedModel:
