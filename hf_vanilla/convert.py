@@ -659,7 +659,8 @@ def _to_vanilla_config(model: PreTrainedModel, arch: Architecture, head: Head) -
         fields["tie_word_embeddings"] = _is_tied(model)
     if arch.family == "encoder-decoder" and fields.get("decoder_start_token_id") is None:
         # T5 keeps it in the generation config only, and by convention starts decoding with the pad token.
-        start = model.generation_config.decoder_start_token_id if model.generation_config else None
+        generation = getattr(model, "generation_config", None)  # models that cannot generate have none
+        start = generation.decoder_start_token_id if generation is not None else None
         fields["decoder_start_token_id"] = start if start is not None else native.pad_token_id
     if fields.get("head_dim") is None:
         fields.pop("head_dim", None)
@@ -890,7 +891,7 @@ def from_hf(model: PreTrainedModel) -> VanillaPreTrainedModel:
         ):
             raise ValueError(f"{pair.native[0]} is not the sinusoid table hf_vanilla computes; it was changed.")
 
-    if vanilla.can_generate() and model.generation_config is not None:
+    if vanilla.can_generate() and getattr(model, "generation_config", None) is not None:
         vanilla.generation_config = copy.deepcopy(model.generation_config)
         if config.is_encoder_decoder and vanilla.generation_config.decoder_start_token_id is None:
             vanilla.generation_config.decoder_start_token_id = config.decoder_start_token_id

@@ -83,10 +83,23 @@ CASES = {
     "t5-relu-tied": (lambda: t5("relu", tie=True, d_kv=8), "encoder-decoder"),
 }
 
+# Bare base models (no head): hidden states only, so no generation test.
+BARE = {
+    "llama-model-mqa-head_dim16-biases": (lambda: T.LlamaModel(T.LlamaConfig(
+        **TINY, num_key_value_heads=1, head_dim=16, attention_bias=True, mlp_bias=True)), "decoder"),
+    "gpt2-model": (lambda: T.GPT2Model(T.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=40,
+                                                    bos_token_id=1, eos_token_id=2)), "decoder"),
+    "bart-model": (lambda: T.BartModel(T.BartConfig(**SEQ2SEQ)), "encoder-decoder"),
+    "marian-model": (lambda: T.MarianModel(T.MarianConfig(**SEQ2SEQ, pad_token_id=VOCAB - 1,
+                                                          decoder_start_token_id=VOCAB - 1)), "encoder-decoder"),
+    "t5-model": (lambda: T.T5Model(T.T5Config(vocab_size=VOCAB, d_model=32, d_ff=64, num_layers=2, num_heads=4,
+                                              d_kv=8)), "encoder-decoder"),
+}
+
 
 def build(name):
     torch.manual_seed(0)
-    make, family = CASES[name]
+    make, family = CASES[name] if name in CASES else BARE[name]
     return make().eval(), family
 
 
@@ -166,6 +179,18 @@ def test_round_trip_gives_back_the_exact_state_dict(name):
     if native.config.model_type == "t5":
         before.update(decoder_start_token_id=0)
     assert {k: (before.get(k), after.get(k)) for k in before.keys() | after.keys() if before.get(k) != after.get(k)} == {}
+
+
+@pytest.mark.parametrize("name", BARE)
+def test_bare_models_convert_exactly_both_ways(name):
+    native, family = build(name)
+    vanilla = from_hf(native)
+    assert type(vanilla) is hv.VanillaModel
+    arguments, mask = inputs(native, family)
+    expected, got = outputs(native, family, arguments), outputs(vanilla, family, arguments)
+    torch.testing.assert_close(got[mask.bool()], expected[mask.bool()], rtol=0, atol=1e-4)
+    original, returned = native.state_dict(), to_hf(vanilla).state_dict()
+    assert list(returned) == list(original) and all(torch.equal(original[k], returned[k]) for k in original)
 
 
 def test_every_vanilla_option_is_accounted_for_by_each_architecture():
