@@ -206,6 +206,11 @@ class VanillaConfig(PreTrainedConfig):
         """Run by `@strict` after __post_init__ and again before every save."""
         self.check_fields()
 
+    def validate_rope(self):
+        """transformers' RoPE checks, only where RoPE is in use (they would reject, e.g., odd head_dim otherwise)."""
+        if self.position_embedding_type == "rope":
+            super().validate_rope()
+
     def check_fields(self) -> None:
         for field, allowed in (
             ("position_embedding_type", POSITION_EMBEDDING_TYPES),

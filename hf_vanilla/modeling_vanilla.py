@@ -376,7 +376,17 @@ class VanillaPreTrainedModel(PreTrainedModel):
         initialised fresh, as in transformers, because it is expected to be trained.
         """
         want_info = kwargs.pop("output_loading_info", False)
-        model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
+        source = args[0] if args else kwargs.get("pretrained_model_name_or_path")
+        try:
+            model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
+        except Exception as error:
+            if type(error).__name__ != "SafetensorError":
+                raise
+            weights = sorted(Path(source).glob("*.safetensors")) if source and Path(source).is_dir() else []
+            raise OSError(
+                f"Cannot read the weights in {', '.join(map(str, weights)) or source}: {error}. The file is truncated "
+                "or corrupted (an interrupted download or copy?); fetch or save the checkpoint again."
+            ) from error
         prefix = f"{cls.base_model_prefix}."
         has_head = any(name.startswith(prefix) for name, _ in model.named_parameters())
 
@@ -386,7 +396,6 @@ class VanillaPreTrainedModel(PreTrainedModel):
         missing = sorted(k for k in info.get("missing_keys", ()) if in_backbone(k))
         unexpected = sorted(k for k in info.get("unexpected_keys", ()) if in_backbone(k))
         if missing or unexpected:
-            source = args[0] if args else kwargs.get("pretrained_model_name_or_path")
             raise ValueError(
                 f"The checkpoint at {source} does not match {cls.__name__} built from its config.json: "
                 f"missing weights {missing[:8]}{' ...' if len(missing) > 8 else ''}, unexpected weights "
