@@ -849,6 +849,11 @@ def from_hf(model: PreTrainedModel) -> VanillaPreTrainedModel:
     vanilla = _skeleton(getattr(modeling_vanilla, head.vanilla), config)
     wanted = set(vanilla.state_dict())
     native_state = model.state_dict()
+    if any(tensor.is_meta for tensor in native_state.values()):
+        raise ValueError(
+            f"{type(model).__name__} has weights on the meta device (offloaded with device_map?); load it fully "
+            "into memory before converting."
+        )
     state: dict[str, torch.Tensor] = {}
     used: set[str] = set()
     computed: list[_Pair] = []
@@ -1115,7 +1120,7 @@ def _run_cli(args: argparse.Namespace) -> int:
     to_native = True if args.to_native else False if args.to_vanilla else None
     try:
         report = convert_checkpoint(args.src_dir, args.out_dir, to_native=to_native, overwrite=args.overwrite)
-    except (ValueError, FileNotFoundError, FileExistsError) as error:
+    except (ValueError, OSError) as error:  # bad options, missing or unreadable files: a message, not a traceback
         print(f"hf-vanilla convert: {error}", file=sys.stderr)
         return 1
     print(f"{report.source_class} -> {report.target_class}: wrote {report.out_dir}")
