@@ -191,6 +191,11 @@ class VanillaConfig(PreTrainedConfig):
         if self.num_key_value_heads is None:
             self.num_key_value_heads = self.num_attention_heads
         if self.head_dim is None and self.num_attention_heads > 0:
+            if self.hidden_size % self.num_attention_heads:
+                raise ValueError(
+                    f"VanillaConfig.hidden_size={self.hidden_size} is not divisible by num_attention_heads="
+                    f"{self.num_attention_heads}; pick a head count that divides it (or set head_dim explicitly)."
+                )
             self.head_dim = self.hidden_size // self.num_attention_heads
         if self.final_norm is None:
             self.final_norm = self.norm_position == "pre"
@@ -230,11 +235,6 @@ class VanillaConfig(PreTrainedConfig):
             value = getattr(self, field)
             if value < 1:
                 raise ValueError(f"VanillaConfig.{field} must be a positive integer, got {value}.")
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"VanillaConfig.hidden_size={self.hidden_size} is not divisible by num_attention_heads="
-                f"{self.num_attention_heads}; pick a head count that divides it (or set head_dim explicitly)."
-            )
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
                 f"VanillaConfig.num_attention_heads={self.num_attention_heads} is not divisible by "
