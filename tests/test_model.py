@@ -6,7 +6,16 @@ import pytest
 import torch
 
 import hf_vanilla as hv
-from tests.factories import BACKENDS, FAMILIES, NORMS, SCHEMES, model_inputs, padded_batch, tiny_config, tiny_model
+from tests.factories import (
+    BACKENDS,
+    FAMILIES,
+    NORMS,
+    SCHEMES,
+    model_inputs,
+    padded_batch,
+    tiny_config,
+    tiny_model,
+)
 
 GRID = list(itertools.product(FAMILIES, SCHEMES, NORMS))
 
