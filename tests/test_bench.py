@@ -1,0 +1,88 @@
+"""The benchmark runs end to end in tiny mode and writes rows of the documented schema (not how fast)."""
+
+from __future__ import annotations
+
+import json
+import math
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+from hf_vanilla import bench
+from hf_vanilla.cli import main as cli_main
+
+ROOT = Path(__file__).resolve().parents[1]
+ROW_KEYS = {"name", "ours", "reference", "unit", "ratio"}
+
+
+@pytest.fixture(scope="module")
+def tiny_rows(tmp_path_factory) -> list[dict]:
+    path = tmp_path_factory.mktemp("bench") / "rows.json"
+    assert cli_main(["bench", "--tiny", "--repeats", "2", "--json", str(path)]) == 0
+    return json.loads(path.read_text())
+
+
+def test_rows_have_the_schema(tiny_rows):
+    assert tiny_rows and all(set(row) == ROW_KEYS for row in tiny_rows)
+    for row in tiny_rows:
+        assert isinstance(row["name"], str) and isinstance(row["unit"], str)
+        for key in ("ours", "reference", "ratio"):
+            assert row[key] is None or (isinstance(row[key], int | float) and math.isfinite(row[key]))
+    names = [row["name"] for row in tiny_rows]
+    assert len(names) == len(set(names))
+
+
+def test_every_pair_and_measurement_has_its_row(tiny_rows):
+    names = {row["name"] for row in tiny_rows}
+    for pair in bench.PAIRS:
+        assert {f"train/{pair}", f"forward/{pair}", f"mfu-train/{pair}", f"memory-train/{pair}"} <= names
+    for pair in bench.GENERATING:
+        assert {f"generate-b1/{pair}", f"generate-b8/{pair}"} <= names
+    for length in bench.TINY.memory_lengths:
+        assert {f"memory-T{length}/eager", f"memory-T{length}/sdpa"} <= names
+    assert "peak/matmul" in names
+
+
+def test_throughputs_are_positive(tiny_rows):
+    for row in tiny_rows:
+        if row["unit"] == "tokens/s":
+            assert row["ours"] > 0 and row["reference"] > 0 and row["ratio"] > 0
+
+
+@pytest.mark.parametrize("name", bench.PAIRS)
+def test_pairs_are_matched(name):
+    """Matched sizes: the same parameter count (BART's output bias is a parameter here, a buffer there)."""
+    pair = bench.build_pair(name, bench.TINY)
+    slack = pair.ours.config.vocab_size if name == "bart" else 0
+    assert abs(bench.count_params(pair.ours) - bench.count_params(pair.reference)) <= slack
+    assert pair.ours.config._attn_implementation == pair.reference.config._attn_implementation == "sdpa"
+
+
+def test_flops_count_the_head_once():
+    pair = bench.build_pair("gpt2", bench.TINY)  # tied head: the embedding matrix counts as the head
+    config = pair.ours.config
+    embeddings = (config.vocab_size + config.max_position_embeddings) * config.hidden_size
+    assert bench.flop_params(pair.ours) == bench.count_params(pair.ours) - embeddings + config.vocab_size * config.hidden_size
+
+
+def test_alternate_interleaves_and_flips_order():
+    calls: list[str] = []
+    times = bench.alternate({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=2, warmup=0)
+    assert calls == ["a", "b", "b", "a"] and all(len(v) == 2 for v in times.values())
+
+
+def test_peak_memory_sees_a_large_allocation():
+    import torch
+
+    added = bench.peak_memory_mib(lambda: torch.ones(16, 1024, 1024).add_(1))  # 64 MiB of float32
+    assert 60 < added < 200
+
+
+def test_script_help(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["bench.py", "--help"])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(ROOT / "scripts" / "bench.py"), run_name="__main__")
+    assert exit_.value.code == 0
+    assert "--json" in capsys.readouterr().out
