@@ -342,7 +342,7 @@ class VanillaPreTrainedModel(PreTrainedModel):
         """As transformers' ``save_pretrained``, but atomic: the checkpoint is written beside the target and
         swapped in whole, so a save killed mid-way (or failing on a full disk) leaves the previous checkpoint
         intact. Files already in the directory that this save does not write (tokenizer, trainer state,
-        subfolders) are kept.
+        subfolders) are kept. With ``push_to_hub=True`` the upload starts once the new checkpoint is in place.
         """
         if not kwargs.get("is_main_process", True):  # other ranks write nothing
             return super().save_pretrained(save_directory, *args, **kwargs)
@@ -353,19 +353,37 @@ class VanillaPreTrainedModel(PreTrainedModel):
             kwargs.setdefault("repo_id", target.name)  # named after the target, not the staging folder
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.saving-", dir=target.parent))
+        # transformers uploads from the folder it saved into before returning; hold that upload back until the
+        # checkpoint is in place, so a failed push never discards the local save and the Hub never gets ahead of it.
+        held_upload: dict = {}
         try:
-            super().save_pretrained(staging, *args, **kwargs)
+            self._held_upload = held_upload
+            try:
+                super().save_pretrained(staging, *args, **kwargs)
+            finally:
+                del self._held_upload
+            written = {path.name for path in staging.iterdir()}
             if not target.exists():
                 os.replace(staging, target)
-                return None
-            written = {path.name for path in staging.iterdir()}
-            for kept in target.iterdir():
-                if kept.name not in written and not is_checkpoint_file(kept.name):
-                    link_or_copy(kept, staging / kept.name)
-            swap_directories(staging, target)
+            else:
+                for kept in target.iterdir():
+                    if kept.name not in written and not is_checkpoint_file(kept.name):
+                        link_or_copy(kept, staging / kept.name)
+                swap_directories(staging, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+        if held_upload:
+            # Upload what this save wrote (README.md included), as transformers does; kept neighbours stay local.
+            not_written = {path.name: math.inf for path in target.iterdir() if path.name not in written}
+            self._upload_modified_files(target, held_upload.pop("repo_id"), not_written, **held_upload)
         return None
+
+    def _upload_modified_files(self, working_dir, repo_id, files_timestamps, **kwargs):
+        held_upload = getattr(self, "_held_upload", None)
+        if held_upload is not None:  # inside save_pretrained: it uploads once the swap is done
+            held_upload.update(repo_id=repo_id, **kwargs)
+            return None
+        return super()._upload_modified_files(working_dir, repo_id, files_timestamps, **kwargs)
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
