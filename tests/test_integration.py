@@ -17,8 +17,8 @@ def test_gradient_checkpointing_gives_the_same_gradients(family):
     for checkpointing in (False, True):
         model = tiny_model(family, "rope").train()
         if checkpointing:
-            model.gradient_checkpointing_enable()
-            assert model.is_gradient_checkpointing
+            model.activation_checkpointing_enable()
+            assert model.is_activation_checkpointing
         model(**inputs, labels=labels).loss.backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
     for name, grad in grads[0].items():
