@@ -1,0 +1,354 @@
+"""Share hf_vanilla models on the Hugging Face Hub: ``push_run`` and ``hf-vanilla push``.
+
+A pushed repo loads anywhere with ``trust_remote_code=True``, without hf_vanilla installed: ``config.json``
+carries ``auto_map`` and the code files (``configuration_vanilla.py``, ``modeling_vanilla.py``,
+``positional.py``) travel with the weights. ``model.push_to_hub(...)`` (transformers' own) does this for a
+model alone; :func:`push_run` shares a whole run directory (see :mod:`hf_vanilla.train`): weights, config,
+code, tokenizer, generation config, ``run.json`` / ``metrics.json`` / ``curves.png`` and the model card.
+
+Everything goes up in ONE commit: either the repo moves to a complete new checkpoint, or (rejected token,
+interrupted upload, concurrent push) it stays exactly where it was. The Hub is ``HF_ENDPOINT`` (default
+huggingface.co), so a private Hub works the same way. See docs/hub.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# Pickles are never uploaded: they are not needed to load the model (training_args.bin, optimizer and RNG
+# states of a Trainer), and the Hub flags pickled files as unsafe to open.
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
+
+# The card written when a folder has none and no run files to build hf_vanilla's full card from.
+_MINIMAL_CARD = """---
+{{ card_data }}
+---
+
+# {{ model_id }}
+
+A transformer from "Attention Is All You Need" (Vaswani et al., 2017), built with hf_vanilla as a
+Hugging Face model. The model code travels with the weights, so hf_vanilla need not be installed:
+
+```python
+from transformers import {{ auto_class }}
+
+model = {{ auto_class }}.from_pretrained("{{ model_id }}", trust_remote_code=True)
+```
+"""
+
+
+def upload_files(run_dir: str | os.PathLike[str]) -> dict[str, Path]:
+    """The files of ``run_dir`` that a push uploads, by their name in the repo.
+
+    Top-level regular files only: trainer checkpoints (``checkpoint-N/``), logs and hidden staging folders
+    stay local, and so do pickles (:data:`PICKLE_SUFFIXES`).
+    """
+    folder = Path(run_dir)
+    return {
+        path.name: path
+        for path in sorted(folder.iterdir())
+        if path.is_file() and not path.name.startswith(".") and not path.name.endswith(PICKLE_SUFFIXES)
+    }
+
+
+def _code_files() -> list[Path]:
+    """The model's source files, as ``save_pretrained`` copies them (the module plus its relative imports)."""
+    from transformers.dynamic_module_utils import get_relative_import_files
+
+    from . import modeling_vanilla
+
+    module = Path(modeling_vanilla.__file__)
+    return [module, *sorted(Path(p) for p in get_relative_import_files(str(module)))]
+
+
+def _with_auto_map(config: dict[str, Any]) -> dict[str, Any] | None:
+    """``config`` plus the ``auto_map`` that ``register_for_auto_class`` would have written, or None if it has one.
+
+    A folder saved through a wrapper (a plain state dict, FSDP) can lack it, and without it
+    ``trust_remote_code`` has nothing to load.
+    """
+    from . import modeling_vanilla
+    from .configuration_vanilla import VanillaConfig
+
+    if config.get("model_type") != VanillaConfig.model_type:
+        raise ValueError(
+            f"config.json has model_type={config.get('model_type')!r}, not {VanillaConfig.model_type!r}: "
+            "this is not an hf_vanilla model, so hf_vanilla's code cannot be shipped with it."
+        )
+    if config.get("auto_map"):
+        return None
+    auto_map = {"AutoConfig": f"configuration_vanilla.{VanillaConfig.__name__}"}
+    for name in config.get("architectures") or []:
+        model_class = getattr(modeling_vanilla, name, None)
+        auto_class = getattr(model_class, "_auto_class", None)
+        if auto_class is not None:
+            auto_map[auto_class] = f"modeling_vanilla.{name}"
+    if len(auto_map) == 1:
+        raise ValueError(
+            f"config.json names no hf_vanilla model class in `architectures` ({config.get('architectures')})"
+        )
+    return {**config, "auto_map": auto_map}
+
+
+def _minimal_card(config: dict[str, Any], repo_id: str) -> str:
+    from huggingface_hub import ModelCard, ModelCardData
+
+    auto_map = config.get("auto_map") or {}
+    auto_class = next((key for key in auto_map if key != "AutoConfig"), "AutoModel")
+    data = ModelCardData(
+        library_name="transformers",
+        tags=["hf_vanilla", "vanilla-transformer", "attention-is-all-you-need", "custom_code"],
+    )
+    return str(
+        ModelCard.from_template(data, template_str=_MINIMAL_CARD, model_id=repo_id, auto_class=auto_class)
+    )
+
+
+def model_card_text(
+    run_dir: str | os.PathLike[str], repo_id: str, *, rebuild_card: bool | None = None
+) -> str:
+    """The ``README.md`` a push of ``run_dir`` to ``repo_id`` uploads (it must parse as a ``ModelCard``).
+
+    ``rebuild_card``: True builds the card afresh with :func:`hf_vanilla.card.build_model_card` for
+    ``repo_id`` (its title and loading snippet name the repo); False uploads the folder's README.md as it
+    is; None (default) rebuilds when the folder has no README.md, or has exactly the card the run generated
+    (which names the local folder), and keeps a README.md that was edited by hand.
+    """
+    from huggingface_hub import ModelCard
+
+    folder = Path(run_dir)
+    readme = folder / "README.md"
+    existing = readme.read_text(encoding="utf-8") if readme.is_file() else None
+    if rebuild_card is False and existing is None:
+        raise FileNotFoundError(f"{readme} does not exist: there is no card to keep (rebuild it instead)")
+
+    has_run_files = (folder / "run.json").is_file() and (folder / "metrics.json").is_file()
+    if rebuild_card and not has_run_files:
+        raise FileNotFoundError(
+            f"cannot rebuild the model card: {folder} has no run.json and metrics.json (not a training run)"
+        )
+    try:
+        from .card import build_model_card
+    except ImportError:  # an install without the card module: the folder's card, else the minimal one
+        build_model_card = None
+    text = existing
+    if rebuild_card is not False and has_run_files and build_model_card is not None:
+        if rebuild_card:
+            text = str(build_model_card(folder, model_id=repo_id))
+        else:
+            try:  # only the run's own, unedited card is replaced: hand edits are never thrown away
+                if existing is None or existing == str(build_model_card(folder)):
+                    text = str(build_model_card(folder, model_id=repo_id))
+            except Exception as error:  # a card is not worth failing the push for: say so and carry on
+                logger.warning(
+                    "could not build the model card from %s (%s); %s",
+                    folder,
+                    error,
+                    "keeping its README.md" if existing is not None else "using a minimal card",
+                )
+    if text is None:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        text = _minimal_card(_with_auto_map(config) or config, repo_id)  # the auto_map the push will upload
+    try:
+        ModelCard(text)  # the Hub rejects a README.md whose YAML header does not parse
+    except Exception as error:
+        raise ValueError(
+            f"the model card {readme if text is existing else '(built)'} is not valid: {error}"
+        ) from error
+    return text
+
+
+def _check_run_dir(folder: Path, files: dict[str, Path]) -> None:
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder} is not a directory")
+    if "config.json" not in files:
+        raise FileNotFoundError(
+            f"{folder} has no config.json: is it a saved model or a training run directory?"
+        )
+    if not any(name.startswith("model") and name.endswith(".safetensors") for name in files):
+        raise FileNotFoundError(
+            f"{folder} has no safetensors weights (model.safetensors or model-*.safetensors); "
+            "save the model with save_pretrained first"
+        )
+    if not any(name in files for name in TOKENIZER_FILES):
+        logger.warning("%s has no tokenizer files: the repo will hold the model only", folder)
+
+
+def push_run(
+    run_dir: str | os.PathLike[str],
+    repo_id: str,
+    *,
+    revision: str | None = None,
+    private: bool | None = None,
+    token: str | bool | None = None,
+    commit_message: str | None = None,
+    rebuild_card: bool | None = None,
+) -> Any:
+    """Upload a training run directory (or any ``save_pretrained`` folder) to the Hub in one commit.
+
+    Creates ``repo_id`` (and the branch ``revision``, from ``main``) when needed. Uploads the safetensors
+    weights, ``config.json`` (with ``auto_map``), the model code, tokenizer, generation config, run files and
+    the model card (see :func:`model_card_text` for ``rebuild_card``); weight files of an older push that this
+    one does not replace are deleted in the same commit, so the repo never mixes two checkpoints.
+    ``private=True`` refuses to push to an existing public repo. Returns the ``huggingface_hub.CommitInfo``.
+    """
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+
+    folder = Path(run_dir)
+    files = upload_files(folder) if folder.is_dir() else {}
+    _check_run_dir(folder, files)
+    config = json.loads(files["config.json"].read_text(encoding="utf-8"))
+    patched_config = _with_auto_map(config)
+
+    # Everything that can be checked locally is, before the first request: a bad folder creates no repo.
+    operations: dict[str, Any] = {name: path for name, path in files.items()}
+    if patched_config is not None:
+        operations["config.json"] = (json.dumps(patched_config, indent=2, sort_keys=True) + "\n").encode()
+    for source in _code_files():  # code already in the folder is the code the weights were trained with: kept
+        operations.setdefault(source.name, source)
+    card = model_card_text(folder, repo_id, rebuild_card=rebuild_card)
+
+    api = HfApi(token=token)
+    try:
+        return _commit(
+            api, folder, repo_id, operations, card, revision, private, commit_message, rebuild_card
+        )
+    except HfHubHTTPError as error:
+        status = error.response.status_code if error.response is not None else None
+        if status not in (401, 403) or isinstance(error, RepositoryNotFoundError):
+            raise
+        reason = (
+            "401: the token is invalid or expired" if status == 401 else "403: the token cannot write there"
+        )
+        raise PermissionError(
+            f"The Hub at {api.endpoint} refused the push to {repo_id!r} ({reason}). Log in with `hf auth login`, "
+            "set HF_TOKEN or pass a write token. Nothing was committed."
+        ) from error
+
+
+def _commit(
+    api: Any,
+    folder: Path,
+    repo_id: str,
+    operations: dict[str, Any],
+    card: str,
+    revision: str | None,
+    private: bool | None,
+    commit_message: str | None,
+    rebuild_card: bool | None,
+) -> Any:
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
+
+    from .modeling_vanilla import is_checkpoint_file
+
+    created = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
+    if created != repo_id:  # "name" became "user/name": the card names the repo, so it names the full id
+        repo_id, card = created, model_card_text(folder, created, rebuild_card=rebuild_card)
+    if private and not api.repo_info(repo_id).private:
+        raise PermissionError(f"{repo_id} already exists and is public; refusing a push meant to be private")
+    if revision is not None and revision != "main":
+        api.create_branch(repo_id, branch=revision, exist_ok=True)
+
+    # Commit on top of the head whose files were listed: a concurrent push then fails the commit instead of
+    # leaving its shards next to ours. Weight files this push does not replace go in the same commit, so the
+    # repo never mixes two checkpoints (transformers would load a stale model.safetensors before new shards).
+    head = api.repo_info(repo_id, revision=revision).sha
+    adds = {**operations, "README.md": card.encode()}
+    stale = [
+        name
+        for name in api.list_repo_files(repo_id, revision=head)
+        if is_checkpoint_file(name) and name not in adds
+    ]
+    commit = api.create_commit(
+        repo_id,
+        operations=[
+            *(CommitOperationAdd(path_in_repo=name, path_or_fileobj=source) for name, source in adds.items()),
+            *(CommitOperationDelete(path_in_repo=name) for name in stale),
+        ],
+        commit_message=commit_message or f"Upload {folder.resolve().name} with hf_vanilla",
+        revision=revision,
+        parent_commit=head,
+    )
+    logger.info("pushed %d files to %s@%s (%s)", len(adds), repo_id, revision or "main", commit.oid)
+    return commit
+
+
+def add_cli(subparsers: argparse._SubParsersAction) -> None:
+    """``hf-vanilla push RUN_DIR REPO_ID [--revision BRANCH] [--private] [--token TOKEN] [--commit-message MSG]``."""
+    parser = subparsers.add_parser(
+        "push",
+        help="upload a training run (model, code, tokenizer, card) to the Hub in one commit",
+        description=(
+            "Upload RUN_DIR (a training run directory or any save_pretrained folder) to the Hub repo REPO_ID in "
+            "one commit: safetensors weights, config.json with auto_map, the model code, tokenizer, generation "
+            "config, run.json/metrics.json/curves.png and the model card. The repo (and branch) are created if "
+            "needed. The Hub is HF_ENDPOINT (default huggingface.co); the token is --token, HF_TOKEN or the one "
+            "saved by `hf auth login`. The model then loads with trust_remote_code=True, without hf_vanilla."
+        ),
+    )
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="folder to upload (local files only)")
+    parser.add_argument(
+        "repo_id", metavar="REPO_ID", help="'user/name' or 'org/name' ('name' alone: your namespace)"
+    )
+    parser.add_argument(
+        "--revision", metavar="BRANCH", help="branch to commit to (created from main if missing)"
+    )
+    parser.add_argument(
+        "--private", action="store_true", help="create the repo private (refused if it is public)"
+    )
+    parser.add_argument(
+        "--token", help="Hub token (prefer HF_TOKEN: a token on the command line shows in `ps`)"
+    )
+    parser.add_argument("--commit-message", metavar="MSG", help="message of the commit")
+    card = parser.add_mutually_exclusive_group()
+    card.add_argument(
+        "--rebuild-card",
+        dest="rebuild_card",
+        action="store_true",
+        default=None,
+        help="build README.md afresh for REPO_ID from run.json/metrics.json",
+    )
+    card.add_argument(
+        "--keep-card", dest="rebuild_card", action="store_false", help="upload README.md as it is"
+    )
+    parser.set_defaults(func=_run_cli)
+
+
+def _run_cli(args: argparse.Namespace) -> int:
+    try:
+        commit = push_run(
+            args.run_dir,
+            args.repo_id,
+            revision=args.revision,
+            private=args.private or None,
+            token=args.token,
+            commit_message=args.commit_message,
+            rebuild_card=args.rebuild_card,
+        )
+    except (ValueError, OSError, RuntimeError) as error:  # refused token, missing files, Hub or upload errors
+        cause = (
+            f" ({error.__cause__})"
+            if error.__cause__ is not None and not isinstance(error, PermissionError)
+            else ""
+        )
+        # huggingface_hub raises RuntimeError when an upload fails; the commit was never made.
+        retry = " Nothing was committed; run the push again." if isinstance(error, RuntimeError) else ""
+        print(f"hf-vanilla push: {error}{cause}{retry}", file=sys.stderr)
+        return 1
+    print(
+        f"pushed {args.run_dir} to {commit.repo_url.repo_id}@{args.revision or 'main'}: {commit.commit_url}"
+    )
+    return 0
+
+
+__all__ = ["PICKLE_SUFFIXES", "add_cli", "model_card_text", "push_run", "upload_files"]
