@@ -488,6 +488,7 @@ def test_a_new_push_replaces_the_whole_checkpoint(hub_server: HubFixture, tmp_pa
     assert [f for f in HfApi().list_repo_files(repo_id) if "safetensors" in f] == ["model.safetensors"]
     assert hub_server.server.commit_count(repo_id) == 3
     reloaded = AutoModelForCausalLM.from_pretrained(repo_id)
+    assert type(reloaded) is hv.VanillaForCausalLM  # hf_vanilla imported: its classes, no remote code needed
     assert same_weights(reloaded, model)
 
 
