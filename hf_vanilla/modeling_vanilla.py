@@ -85,6 +85,36 @@ def build_norm(config: VanillaConfig) -> nn.Module:
     return VanillaLayerNorm(config.hidden_size, config.norm_eps, config.norm_bias)
 
 
+#: Below this many tokens per call (cached decoding) a matmul reads its weights more than its inputs, and
+#: copying the weights into one matrix would cost as much as the matmuls it merges.
+FUSED_PROJECTION_MIN_TOKENS = 64
+
+
+def _plain_linear(module: nn.Module) -> bool:
+    """An nn.Linear whose forward nobody replaced or watches (LoRA, quantisation and hooks all need the module)."""
+    return type(module) is nn.Linear and not module._forward_hooks and not module._forward_pre_hooks
+
+
+def fused_linear(inputs: torch.Tensor, projections: tuple[nn.Linear, ...]) -> tuple[torch.Tensor, ...]:
+    """The outputs of linear layers that read the same input (q/k/v, gate/up), computed as one matmul.
+
+    The weights are concatenated on the fly, so checkpoints keep one key per projection and each weight gets
+    its gradient through the concatenation. One wide matmul reads the input once and saves the launches, the
+    backward passes and the input-gradient sums of the narrow ones.
+    """
+    biases = [projection.bias for projection in projections]
+    if (
+        inputs.shape[:-1].numel() < FUSED_PROJECTION_MIN_TOKENS
+        or not all(_plain_linear(projection) for projection in projections)
+        or (None in biases and any(bias is not None for bias in biases))
+    ):
+        return tuple(projection(inputs) for projection in projections)
+    weight = torch.cat([projection.weight for projection in projections])
+    bias = None if biases[0] is None else torch.cat(biases)
+    widths = [projection.out_features for projection in projections]
+    return nn.functional.linear(inputs, weight, bias).split(widths, dim=-1)
+
+
 class VanillaFeedForward(nn.Module):
     """FFN(x) = act(x W_up) W_down (the paper), or act(x W_gate) * (x W_up) W_down (GLU variants)."""
 
@@ -101,7 +131,8 @@ class VanillaFeedForward(nn.Module):
         if self.gate_proj is None:
             inner = self.act_fn(self.up_proj(hidden_states))
         else:
-            inner = self.act_fn(self.gate_proj(hidden_states)) * self.up_proj(hidden_states)
+            gate, up = fused_linear(hidden_states, (self.gate_proj, self.up_proj))
+            inner = self.act_fn(gate) * up
         return self.down_proj(self.dropout(inner))
 
 
@@ -166,23 +197,32 @@ class VanillaAttention(nn.Module):
     def _split_heads(self, states: torch.Tensor) -> torch.Tensor:
         return states.view(*states.shape[:-1], -1, self.head_dim).transpose(1, 2)
 
-    def _keys_and_values(
-        self, source: torch.Tensor, cache: Cache | None, positional: PositionalAttentionInputs, **kwargs
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Project keys and values and extend the cache; cross-attention computes them once per generation."""
-        if self.is_cross_attention and cache is not None and cache.is_updated.get(self.layer_idx):
+    def _self_attention_inputs(
+        self, hidden_states: torch.Tensor, cache: Cache | None, positional: PositionalAttentionInputs, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys and values from one fused projection; the new keys and values extend the cache."""
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        query, key, value = (self._split_heads(states) for states in fused_linear(hidden_states, projections))
+        if positional.rotary is not None:  # keys rotated before caching: a cached key keeps its own position
+            query, key = rotate(query, *positional.rotary), rotate(key, *positional.rotary)
+        if cache is not None:
+            layer_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+            key, value = layer_cache.update(key, value, self.layer_idx, kwargs=kwargs)
+        return query, key, value
+
+    def _cross_attention_inputs(
+        self, hidden_states: torch.Tensor, encoder_states: torch.Tensor, cache: Cache | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries from the decoder; keys and values from the encoder, projected once per generation."""
+        query = self._split_heads(self.q_proj(hidden_states))
+        if cache is not None and cache.is_updated.get(self.layer_idx):
             layer = cache.cross_attention_cache.layers[self.layer_idx]
-            return layer.keys, layer.values
-        keys, values = self._split_heads(self.k_proj(source)), self._split_heads(self.v_proj(source))
-        if positional.rotary is not None:  # rotated before caching: a cached key keeps its own position
-            keys = rotate(keys, *positional.rotary)
-        if cache is None:
-            return keys, values
-        if self.is_cross_attention:
+            return query, layer.keys, layer.values
+        key, value = (self._split_heads(states) for states in fused_linear(encoder_states, (self.k_proj, self.v_proj)))
+        if cache is not None:
             cache.is_updated[self.layer_idx] = True
-            return cache.cross_attention_cache.update(keys, values, self.layer_idx)
-        layer_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
-        return layer_cache.update(keys, values, self.layer_idx, kwargs=kwargs)
+            key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
+        return query, key, value
 
     def forward(
         self,
@@ -193,11 +233,10 @@ class VanillaAttention(nn.Module):
         cache: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        query = self._split_heads(self.q_proj(hidden_states))
-        if positional.rotary is not None:
-            query = rotate(query, *positional.rotary)
-        source = key_value_states if self.is_cross_attention else hidden_states
-        key, value = self._keys_and_values(source, cache, positional, **kwargs)
+        if self.is_cross_attention:
+            query, key, value = self._cross_attention_inputs(hidden_states, key_value_states, cache)
+        else:
+            query, key, value = self._self_attention_inputs(hidden_states, cache, positional, **kwargs)
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
