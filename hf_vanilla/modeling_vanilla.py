@@ -332,14 +332,16 @@ class VanillaTokenEmbedding(nn.Embedding):
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         if not torch.compiler.is_compiling() and input_ids.numel():
-            low, high = int(input_ids.min()), int(input_ids.max())
+            # One reduction and one device sync for both bounds (the check runs on every forward).
+            low, high = torch.stack(torch.aminmax(input_ids)).tolist()
             if low < 0 or high >= self.num_embeddings:
                 raise ValueError(
                     f"Token id {low if low < 0 else high} is outside the vocabulary [0, {self.num_embeddings}). "
                     "Check that the tokenizer matches the model (config.vocab_size) or resize the embeddings "
                     "with model.resize_token_embeddings(len(tokenizer))."
                 )
-        return super().forward(input_ids) * self.scale
+        embeddings = super().forward(input_ids)
+        return embeddings * self.scale if self.scale != 1.0 else embeddings  # no pass (and no backward) for x1
 
 
 def check_input_shape(input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, what: str) -> None:
@@ -661,7 +663,9 @@ class VanillaDecoder(VanillaStack):
             raise ValueError("This decoder attends to an encoder: pass encoder_hidden_states (or encoder_outputs).")
         reference = input_ids if input_ids is not None else inputs_embeds
         length, device = reference.shape[1], reference.device
-        if use_cache and cache is None:
+        # A training step never reuses its keys: building a cache would only copy them. generate() and callers
+        # that want one in training mode pass a cache object.
+        if use_cache and cache is None and not self.training:
             cache = EncoderDecoderCache(DynamicCache(), DynamicCache()) if self.has_cross_attention else DynamicCache()
         self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         past_length = self_cache.get_seq_length() if self_cache is not None else 0
