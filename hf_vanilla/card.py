@@ -251,6 +251,13 @@ def _data_section(run: Mapping[str, Any]) -> str:
         lines.append(f"Validation: {d['validation_note']}.")
     if d.get("rows"):
         lines.append("Rows per split: " + ", ".join(f"{k} {v:,}" for k, v in d["rows"].items()) + ".")
+    if d.get("examples"):
+        opts = run["options"]
+        caps = {"train": opts.get("max_train_samples"), "validation": opts.get("max_eval_samples"),
+                "test": opts.get("max_test_samples")}
+        parts = [f"{k} {v:,}" + (" (capped)" if caps.get(k) is not None and v >= caps[k] else "")
+                 for k, v in d["examples"].items()]
+        lines.append(f"Model inputs ({d.get('example_unit', 'examples')}): " + ", ".join(parts) + ".")
     lines.append(f"Tokenizer: {tok['kind']} with {tok['vocab_size']:,} tokens, trained on the {tok['trained_on']}.")
     return "\n\n".join(lines)
 

@@ -243,11 +243,14 @@ class NonFiniteLossGuard(TrainerCallback):
 
         grads = [p.grad for p in model.parameters() if p.grad is not None] if model is not None else []
         # FSDP2 gradients are DTensors: check this process's shard; the all-reduce below covers the rest.
-        bad = any(not bool(torch.isfinite(g.to_local() if hasattr(g, "to_local") else g).all()) for g in grads)
+        local = [g.to_local() if hasattr(g, "to_local") else g for g in grads]
+        device = local[0].device if local else torch.device("cpu")
+        # One flag tensor and one host sync per step (not one per parameter, which would stall GPUs).
+        flag = (torch.stack([torch.isfinite(g).all().to(device) for g in local]).all().logical_not().float()
+                if local else torch.zeros((), device=device)).reshape(1)
         if torch.distributed.is_available() and torch.distributed.is_initialized():
-            flag = torch.tensor([float(bad)], device=grads[0].device if grads else "cpu")
             torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
-            bad = bool(flag.item())
+        bad = bool(flag.item())
         if bad:
             self.tripped_at = state.global_step + 1
             for p in model.parameters():
@@ -974,7 +977,7 @@ class _Run:
         self.task, self.run_dir, self.opts, self.extra_callbacks = task, run_dir, opts, callbacks
 
     # -- 1. arguments (this also starts the distributed state under `accelerate launch`)
-    def _training_arguments(self, total_steps: int, label_names: list[str] | None = None):
+    def _training_arguments(self, total_steps: int):
         from transformers import Seq2SeqTrainingArguments, TrainingArguments
 
         o = self.opts
@@ -1024,7 +1027,6 @@ class _Run:
             disable_tqdm=o.disable_tqdm,
             dataloader_num_workers=o.dataloader_num_workers,
             remove_unused_columns=True,
-            label_names=label_names,
             # Exact loss over devices: divide by the global target count, not a per-device mean.
             average_tokens_across_devices=True,
             **({"predict_with_generate": False} if self.task == "translation" else {}),
@@ -1100,6 +1102,11 @@ class _Run:
                     if split in data:
                         data[split] = premask(data[split], tokenizer, o.mlm_probability, o.seed + 1)
 
+        # What the model actually sees per split (after tokenisation, blocking and --max-*-samples).
+        description["examples"] = {split: len(ds) for split, ds in data.items()}
+        description["example_unit"] = {"clm": f"blocks of {o.block_size} tokens",
+                                       "mlm": f"blocks of {o.block_size} tokens",
+                                       "translation": "sentence pairs", "classification": "articles"}[task]
         label_names = raw["train"].features["label"].names if task == "classification" else None
         # -- model (seeded so the same seed gives the same initial weights)
         set_seed(o.seed)
@@ -1165,7 +1172,8 @@ class _Run:
         )
 
         self.distributed_type = str(trainer.accelerator.distributed_type.value)
-        if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and self.distributed_type != "FSDP":
+        fsdp_requested = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+        if is_main and fsdp_requested and self.distributed_type != "FSDP":
             # accelerate 1.15 turns FSDP on only for multi-accelerator states (MULTI_GPU, XPU, NPU, ...);
             # on CPU (MULTI_CPU, gloo) it drops the request. Say so rather than pretend to shard.
             logger.warning("FSDP was requested but accelerate runs this job as %s (FSDP needs GPUs or other "
