@@ -140,9 +140,15 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def rotate(states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate (batch, heads, seq, head_dim) queries or keys; q.k then depends only on their distance."""
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    return states * cos + rotate_half(states) * sin
+    """Rotate (batch, heads, seq, head_dim) queries or keys; q.k then depends only on their distance.
+
+    ``states * cos + rotate_half(states) * sin``, with rotate_half's minus sign moved onto the small
+    (seq, head_dim) sine table: three passes over the states (and a lighter backward) instead of five.
+    """
+    half = states.shape[-1] // 2
+    signed_sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1).unsqueeze(1)
+    first, second = states.chunk(2, dim=-1)
+    return torch.addcmul(states * cos.unsqueeze(1), torch.cat((second, first), dim=-1), signed_sin)
 
 
 class RotaryPositions(PositionalScheme):
