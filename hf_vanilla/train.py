@@ -48,8 +48,11 @@ from typing import TYPE_CHECKING, Any
 from transformers import TrainerCallback
 
 if TYPE_CHECKING:  # heavy imports stay inside functions so `hf-vanilla --help` stays fast
-    from datasets import DatasetDict
-    from transformers import PreTrainedTokenizerBase
+    import torch
+    from datasets import Dataset, DatasetDict
+    from transformers import EvalPrediction, PreTrainedTokenizerBase
+
+    from .configuration_vanilla import VanillaConfig
 
 logger = logging.getLogger(__name__)
 
@@ -608,7 +611,7 @@ def _normalise_columns(task: str, dsd: DatasetDict, opts: TrainOptions) -> Datas
     return DatasetDict(out)
 
 
-def build_tokenizer(task: str, train_split, opts: TrainOptions) -> PreTrainedTokenizerBase:
+def build_tokenizer(task: str, train_split: Dataset, opts: TrainOptions) -> PreTrainedTokenizerBase:
     """Train the task's tokenizer on the training split only (so no held-out text leaks into it).
 
     Causal LM: byte-level BPE without automatic special tokens (documents are joined with ``</s>``
@@ -704,7 +707,7 @@ class MLMCollator:
     """Random masking for training batches; evaluation batches arrive pre-masked (fixed, seeded masks,
     so every evaluation of a run, and of every run with that seed, scores the same positions)."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, mlm_probability: float, seed: int | None = None):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, mlm_probability: float, seed: int | None = None) -> None:
         from transformers import DataCollatorForLanguageModeling, default_data_collator
 
         # seed=None: masking draws from torch's global RNG, which Trainer checkpoints restore, so a
@@ -718,7 +721,7 @@ class MLMCollator:
         return self.masker([{k: v for k, v in f.items() if k != "labels"} for f in features])
 
 
-def premask(ds, tokenizer: PreTrainedTokenizerBase, mlm_probability: float, seed: int):
+def premask(ds: Dataset, tokenizer: PreTrainedTokenizerBase, mlm_probability: float, seed: int) -> Dataset:
     """Mask an evaluation split once, reproducibly (``input_ids`` + ``labels`` columns)."""
     from transformers import DataCollatorForLanguageModeling
 
@@ -738,7 +741,7 @@ def premask(ds, tokenizer: PreTrainedTokenizerBase, mlm_probability: float, seed
 # --------------------------------------------------------------------------------------------------
 
 
-def token_stats(logits, labels, shift: bool):
+def token_stats(logits: torch.Tensor | tuple[torch.Tensor, ...], labels: torch.Tensor, shift: bool) -> torch.Tensor:
     """Per-example ``[sum of target NLL, number of targets, correct argmax predictions]``.
 
     Used as ``preprocess_logits_for_metrics`` so the evaluation keeps 3 numbers per example instead of
@@ -759,7 +762,7 @@ def token_stats(logits, labels, shift: bool):
     return torch.stack([nll, mask.sum(-1).to(nll.dtype), correct.to(nll.dtype)], dim=-1)
 
 
-def lm_metrics(eval_pred) -> dict[str, float]:
+def lm_metrics(eval_pred: EvalPrediction) -> dict[str, float]:
     """Perplexity and token accuracy from :func:`token_stats` rows."""
     import numpy as np
 
@@ -770,7 +773,7 @@ def lm_metrics(eval_pred) -> dict[str, float]:
             "nll": float(nll / count), "tokens": int(count)}
 
 
-def classification_metrics(eval_pred) -> dict[str, float]:
+def classification_metrics(eval_pred: EvalPrediction) -> dict[str, float]:
     """Accuracy and macro-F1 (mean F1 over the classes present in the gold labels or predictions)."""
     import numpy as np
 
@@ -790,7 +793,7 @@ def macro_f1(gold: Sequence[int], pred: Sequence[int]) -> float:
     return float(sum(scores) / len(scores)) if scores else 0.0
 
 
-def unigram_counts(ds, vocab_size: int) -> list[int]:
+def unigram_counts(ds: Dataset, vocab_size: int) -> list[int]:
     """Token counts over a tokenised split's ``input_ids`` (the unigram model's training data)."""
     counts = [0] * vocab_size
     for start in range(0, len(ds), 1000):
@@ -825,7 +828,7 @@ def unigram_perplexity(counts: Sequence[int], targets: Sequence[Sequence[int]], 
 
 
 def build_config(task: str, opts: TrainOptions, tokenizer: PreTrainedTokenizerBase,
-                 label_names: Sequence[str] | None = None):
+                 label_names: Sequence[str] | None = None) -> VanillaConfig:
     """The VanillaConfig of a fresh model for ``task``: size preset, family, vocabulary and special
     tokens from the tokenizer, then the user's ``config`` overrides."""
     from .configuration_vanilla import PRESETS, VanillaConfig
@@ -1302,10 +1305,16 @@ class _Run:
         if task in ("clm", "mlm"):
             # For mlm the unigram guesses each masked-out token from training-text frequencies.
             counts = unigram_counts(data["train"], len(tokenizer))
+            if task == "mlm":  # [CLS]/[SEP] are never masked, so the unigram should not spend mass on them
+                for special in tokenizer.all_special_ids:
+                    counts[special] = 0
             baseline["name"] = "unigram, add-one smoothing, same tokenization, trained on the training split"
+            top = max(range(len(counts)), key=counts.__getitem__)  # the unigram's only guess
             for split in dict.fromkeys(("validation", test_name)):
                 labels = data[split]["labels"]
                 baseline[f"{split}_perplexity"] = unigram_perplexity(counts, labels, shift=task == "clm")
+                targets = [t for row in labels for t in (row[1:] if task == "clm" else row) if t != -100]
+                baseline[f"{split}_accuracy"] = sum(t == top for t in targets) / max(1, len(targets))
         elif task == "classification":
             labels = data["train"]["label"]
             majority = Counter(labels).most_common(1)[0][0]
@@ -1337,7 +1346,9 @@ class _Run:
                                   num_beams=self.opts.num_beams, max_new_tokens=self.opts.max_target_length)
         finally:
             trainer.args.predict_with_generate = False
-        preds = np.where(out.predictions == -100, tokenizer.pad_token_id, out.predictions)
+        # Distributed prediction pads the last round with repeated examples and, with generation, the
+        # gather does not always drop them; the order is preserved, so the first len(ds) rows are ours.
+        preds = np.where(out.predictions == -100, tokenizer.pad_token_id, out.predictions)[: len(ds)]
         hyps = [h.strip() for h in tokenizer.batch_decode(preds, skip_special_tokens=True)]
         refs = list(ds["target"])
         self._translations = list(zip(ds["source"], refs, hyps, strict=True))
