@@ -85,36 +85,6 @@ def build_norm(config: VanillaConfig) -> nn.Module:
     return VanillaLayerNorm(config.hidden_size, config.norm_eps, config.norm_bias)
 
 
-#: Below this many tokens per call (cached decoding) a matmul reads its weights more than its inputs, and
-#: copying the weights into one matrix would cost as much as the matmuls it merges.
-FUSED_PROJECTION_MIN_TOKENS = 64
-
-
-def _plain_linear(module: nn.Module) -> bool:
-    """An nn.Linear whose forward nobody replaced or watches (LoRA, quantisation and hooks all need the module)."""
-    return type(module) is nn.Linear and not module._forward_hooks and not module._forward_pre_hooks
-
-
-def fused_linear(inputs: torch.Tensor, projections: tuple[nn.Linear, ...]) -> tuple[torch.Tensor, ...]:
-    """The outputs of linear layers that read the same input (q/k/v, gate/up), computed as one matmul.
-
-    The weights are concatenated on the fly, so checkpoints keep one key per projection and each weight gets
-    its gradient through the concatenation. One wide matmul reads the input once and saves the launches, the
-    backward passes and the input-gradient sums of the narrow ones.
-    """
-    biases = [projection.bias for projection in projections]
-    if (
-        inputs.shape[:-1].numel() < FUSED_PROJECTION_MIN_TOKENS
-        or not all(_plain_linear(projection) for projection in projections)
-        or (None in biases and any(bias is not None for bias in biases))
-    ):
-        return tuple(projection(inputs) for projection in projections)
-    weight = torch.cat([projection.weight for projection in projections])
-    bias = None if biases[0] is None else torch.cat(biases)
-    widths = [projection.out_features for projection in projections]
-    return nn.functional.linear(inputs, weight, bias).split(widths, dim=-1)
-
-
 #: Activations that transformers writes out in Python (about nine element-wise passes forward, more backward)
 #: whose formula torch's tanh-approximated GELU computes in one kernel.
 FUSED_ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
@@ -143,8 +113,7 @@ class VanillaFeedForward(nn.Module):
         if self.gate_proj is None:
             inner = self.act_fn(self.up_proj(hidden_states))
         else:
-            gate, up = fused_linear(hidden_states, (self.gate_proj, self.up_proj))
-            inner = self.act_fn(gate) * up
+            inner = self.act_fn(self.gate_proj(hidden_states)) * self.up_proj(hidden_states)
         return self.down_proj(self.dropout(inner))
 
 
@@ -212,9 +181,8 @@ class VanillaAttention(nn.Module):
     def _self_attention_inputs(
         self, hidden_states: torch.Tensor, cache: Cache | None, positional: PositionalAttentionInputs, **kwargs
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Queries, keys and values from one fused projection; the new keys and values extend the cache."""
-        projections = (self.q_proj, self.k_proj, self.v_proj)
-        query, key, value = (self._split_heads(states) for states in fused_linear(hidden_states, projections))
+        """Queries, keys and values of the new tokens; the keys and values extend the cache."""
+        query, key, value = (self._split_heads(proj(hidden_states)) for proj in (self.q_proj, self.k_proj, self.v_proj))
         if positional.rotary is not None:  # keys rotated before caching: a cached key keeps its own position
             query, key = rotate(query, *positional.rotary), rotate(key, *positional.rotary)
         if cache is not None:
@@ -230,7 +198,7 @@ class VanillaAttention(nn.Module):
         if cache is not None and cache.is_updated.get(self.layer_idx):
             layer = cache.cross_attention_cache.layers[self.layer_idx]
             return query, layer.keys, layer.values
-        key, value = (self._split_heads(states) for states in fused_linear(encoder_states, (self.k_proj, self.v_proj)))
+        key, value = self._split_heads(self.k_proj(encoder_states)), self._split_heads(self.v_proj(encoder_states))
         if cache is not None:
             cache.is_updated[self.layer_idx] = True
             key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)

@@ -87,33 +87,3 @@ def test_script_help(monkeypatch, capsys):
     assert exit_.value.code == 0
     assert "--json" in capsys.readouterr().out
 
-
-# ----------------------------------------------------------------------------------------------
-# The fast paths the benchmark found compute what the plain ones do
-
-
-@pytest.mark.parametrize("family", ["decoder", "encoder-decoder"])
-@pytest.mark.parametrize("bias", [True, False])
-def test_fused_projections_match_separate_ones(monkeypatch, family, bias):
-    """q/k/v (and gate/up) as one matmul: same outputs and same gradients on every weight."""
-    import torch
-
-    from hf_vanilla import modeling_vanilla
-    from tests.factories import model_inputs, padded_batch, tiny_model
-
-    model = tiny_model(family, "rope", attention_bias=bias, mlp_bias=bias, gated_ffn=True, hidden_act="silu")
-    model.train()
-    ids, mask = padded_batch(batch=4, length=24)  # 96 tokens: above the fusion threshold
-    inputs = model_inputs(family, ids, mask)
-    results = []
-    for threshold in (1, 10**9):  # fused, then separate
-        monkeypatch.setattr(modeling_vanilla, "FUSED_PROJECTION_MIN_TOKENS", threshold)
-        model.zero_grad()
-        logits = model(**inputs).logits
-        logits.square().mean().backward()
-        results.append((logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
-    (fused, fused_grads), (separate, separate_grads) = results
-    torch.testing.assert_close(fused, separate, rtol=1e-5, atol=1e-6)
-    assert fused_grads.keys() == separate_grads.keys()
-    for name in fused_grads:
-        torch.testing.assert_close(fused_grads[name], separate_grads[name], rtol=1e-4, atol=1e-6, msg=name)
