@@ -366,7 +366,7 @@ class VanillaPreTrainedModel(PreTrainedModel):
         """
         if not kwargs.get("is_main_process", True):  # other ranks write nothing
             return super().save_pretrained(save_directory, *args, **kwargs)
-        target = Path(save_directory)
+        target = Path(save_directory).resolve()  # "." has no parent to stage beside
         if target.is_file():
             raise ValueError(f"save_pretrained needs a directory, but {target} is a file.")
         if kwargs.get("push_to_hub"):
@@ -385,6 +385,13 @@ class VanillaPreTrainedModel(PreTrainedModel):
             written = {path.name for path in staging.iterdir()}
             if not target.exists():
                 os.replace(staging, target)
+            elif target == Path.cwd() or target in Path.cwd().parents:
+                # A process cannot swap away the directory it stands in: replace file by file (each atomic).
+                for stale in target.iterdir():
+                    if is_checkpoint_file(stale.name) and stale.name not in written:
+                        stale.unlink()
+                for item in staging.iterdir():
+                    os.replace(item, target / item.name)
             else:
                 for kept in target.iterdir():
                     if kept.name not in written and not is_checkpoint_file(kept.name):
@@ -471,6 +478,7 @@ def is_checkpoint_file(name: str) -> bool:
 
 def link_or_copy(source: Path, destination: Path) -> None:
     """Hard links make keeping large neighbours (trainer checkpoints) cheap; copies where links cannot be made."""
+    source, destination = Path(source), Path(destination)  # copytree passes strings
     if source.is_dir():
         shutil.copytree(source, destination, copy_function=link_or_copy)
         return

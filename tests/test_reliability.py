@@ -216,3 +216,14 @@ def test_package_never_unpickles_untrusted_data():
             if re.search(r"\bpickle\.loads?\(", line):
                 offenders.append(f"{source.name}:{number}")
     assert offenders == []
+
+
+def test_save_into_the_current_directory_keeps_subfolders(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "checkpoint-1").mkdir()
+    (tmp_path / "checkpoint-1" / "optimizer.state").write_text("kept")
+    model = tiny_model("decoder")
+    model.save_pretrained(".")
+    assert (tmp_path / "checkpoint-1" / "optimizer.state").read_text() == "kept"
+    reloaded = hv.VanillaForCausalLM.from_pretrained(".")
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reloaded.state_dict().values(), strict=True))
