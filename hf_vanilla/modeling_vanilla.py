@@ -113,7 +113,10 @@ class VanillaFeedForward(nn.Module):
         if self.gate_proj is None:
             inner = self.act_fn(self.up_proj(hidden_states))
         else:
-            inner = self.act_fn(self.gate_proj(hidden_states)) * self.up_proj(hidden_states)
+            inner = self.act_fn(self.gate_proj(hidden_states))
+            up = self.up_proj(hidden_states)
+            # Without autograd nothing reads the activation again: multiply in place, one (tokens, d_ff) tensor fewer.
+            inner = inner * up if torch.is_grad_enabled() else inner.mul_(up)
         return self.down_proj(self.dropout(inner))
 
 
@@ -127,6 +130,15 @@ def repeat_kv(states: torch.Tensor, groups: int) -> torch.Tensor:
         return states
     batch, heads, length, dim = states.shape
     return states[:, :, None].expand(batch, heads, groups, length, dim).reshape(batch, heads * groups, length, dim)
+
+
+def softmax_in_place(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dimension, overwriting ``scores``: at long lengths eager attention's peak memory
+    is its (seq, seq) tensors, and this keeps one instead of two."""
+    scores -= scores.amax(dim=-1, keepdim=True)
+    scores.exp_()
+    scores /= scores.sum(dim=-1, keepdim=True)
+    return scores
 
 
 def eager_attention_forward(
@@ -143,12 +155,18 @@ def eager_attention_forward(
     """softmax(Q K^T * scaling + bias + mask) V, written out: the reference every backend must match."""
     key = repeat_kv(key, module.num_key_value_groups)
     value = repeat_kv(value, module.num_key_value_groups)
-    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    # The scaling goes on the (seq, head_dim) queries and the bias and mask are added in place, so a single
+    # (seq, seq) score tensor exists before the softmax, not three (matmul's backward needs only its inputs).
+    scores = torch.matmul(query * scaling if scaling != 1.0 else query, key.transpose(2, 3))
     if position_bias is not None:
-        scores = scores + position_bias
+        scores += position_bias
     if attention_mask is not None:
-        scores = scores + attention_mask[:, :, :, : key.shape[-2]]
-    weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+        scores += attention_mask[:, :, :, : key.shape[-2]]
+    if torch.is_grad_enabled() or scores.dtype != torch.float32:
+        weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    else:  # float32 inference: nothing reads the scores again, so normalise them where they are
+        weights = softmax_in_place(scores)
+    del scores  # the scores die here, not when the function returns
     weights = nn.functional.dropout(weights, p=dropout, training=module.training)
     output = torch.matmul(weights, value).transpose(1, 2).contiguous()
     return output, weights
