@@ -206,7 +206,9 @@ def _procedure_table(run: Mapping[str, Any], timing: Mapping[str, Any]) -> str:
         ("gradient clipping", o.get("max_grad_norm")),
         ("global batch", f"{e['global_batch_size']} sequences ({o['batch_size']} x {o['gradient_accumulation_steps']} "
                          f"accumulation x {e['world_size']} processes)"),
-        ("optimizer steps", timing.get("steps")),
+        ("optimizer steps", f"{timing.get('steps')}" + (
+            f" of {e['max_steps']} planned (stopped by the {o.get('time_limit_minutes')}-minute time limit)"
+            if timing.get("stopped_by_time_limit_at") else "")),
         ("seed", o.get("seed")),
         ("time per step (median)", f"{_fmt(timing.get('time_per_step_s_median'))} s"),
         ("training time", f"{_fmt(timing.get('train_time_s'))} s (whole run {_fmt(timing.get('wall_time_s'))} s)"),

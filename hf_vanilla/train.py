@@ -127,13 +127,17 @@ class TrainOptions:
     label_column: str = field(default="label", metadata={"help": "label column (classification)"})
     source_column: str = field(default="en", metadata={"help": "source column (translation)"})
     target_column: str = field(default="es", metadata={"help": "target column (translation)"})
-    sample_by: str | None = field(default=None, metadata={"help": "line, paragraph or document (text files)"})
+    sample_by: str | None = field(default=None, metadata={"help": "rows of text files (default: whole works for clm, "
+                                                             "paragraphs otherwise)",
+                                                     "choices": ("line", "paragraph", "document")})
     validation_fraction: float = field(default=0.1, metadata={"help": "split this much of train off when no validation split is given"})
     max_train_samples: int | None = field(default=None, metadata={"help": "use at most this many training examples (after tokenisation)"})
     max_eval_samples: int | None = field(default=None, metadata={"help": "at most this many validation examples"})
     max_test_samples: int | None = field(default=None, metadata={"help": "at most this many test examples"})
     # -- tokenizer
-    tokenizer: str | None = field(default=None, metadata={"help": "bpe or wordpiece (task default)"})
+    tokenizer: str | None = field(default=None, metadata={"help": "task default: bpe (clm, translation), "
+                                                                      "wordpiece (mlm, classification)",
+                                                              "choices": ("bpe", "wordpiece")})
     vocab_size: int = field(default=8000, metadata={"help": "tokenizer vocabulary size"})
     lowercase: bool = field(default=False, metadata={"help": "lowercase before tokenising"})
     # -- sequence lengths
@@ -143,7 +147,9 @@ class TrainOptions:
     max_length: int = field(default=256, metadata={"help": "tokens per article (classification)"})
     mlm_probability: float = field(default=0.15, metadata={"help": "masking rate (mlm)"})
     # -- optimisation
-    recipe: str | None = field(default=None, metadata={"help": "default, or paper: Adam(0.9,0.98,1e-9), inverse-sqrt warmup, label smoothing 0.1"})
+    recipe: str | None = field(default=None, metadata={"help": "paper: Adam(0.9,0.98,1e-9), inverse-sqrt warmup, label "
+                                                                "smoothing 0.1 (default for translation)",
+                                                        "choices": ("default", "paper")})
     max_steps: int = field(default=-1, metadata={"help": "optimizer steps (overrides epochs)"})
     num_train_epochs: float = field(default=1.0, metadata={"help": "epochs when max_steps is not set"})
     batch_size: int | None = field(default=None, metadata={"help": "global batch per process per micro-step"})
@@ -1524,7 +1530,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         else:
             cast = int if kind.startswith("int") else float if kind.startswith("float") else str
             default = None if f.default is dataclasses.MISSING else f.default
-            parser.add_argument(flag, type=cast, default=default, help=help_text)
+            parser.add_argument(flag, type=cast, default=default, help=help_text, choices=f.metadata.get("choices"))
     parser.set_defaults(func=_run_cli)
     return parser
 
