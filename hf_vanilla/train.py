@@ -167,6 +167,7 @@ class TrainOptions:
     dropout: float | None = field(default=None, metadata={"help": "residual/embedding dropout (default: the preset's, 0.1)"})
     seed: int = field(default=0, metadata={"help": "seed for weights, data order, dropout and masking"})
     bf16: bool = field(default=False, metadata={"help": "bfloat16 autocast"})
+    use_cpu: bool = field(default=False, metadata={"help": "train on the CPU even when a GPU is present"})
     time_limit_minutes: float | None = field(default=None, metadata={"help": "stop training (and evaluate, save) after this long"})
     # -- evaluation, logging, checkpoints
     eval_steps: int | None = field(default=None, metadata={"help": "evaluate every N steps (default: 8 times per run)"})
@@ -1077,7 +1078,7 @@ class _Run:
         # unconnected single-process runs instead of one gloo DDP run.
         from accelerate import PartialState
 
-        self.use_cpu = not _has_accelerator()
+        self.use_cpu = o.use_cpu or not _has_accelerator()
         state = PartialState(cpu=self.use_cpu)
         is_main = state.is_main_process
         resume_from = None

@@ -34,8 +34,10 @@ SPANISH = dict(zip(WORDS, ("el rey reina corona espada castillo noche dia amor g
                            "senor buen senor noble corazon sangre honor muerte bella dulce").split(), strict=True))
 
 # Small, fast, deterministic: a 2-layer d=32 model, short blocks, tiny vocabularies.
+# use_cpu: the bitwise checks are CPU guarantees, and the DDP comparison needs both runs on the same device.
 TINY = dict(preset="tiny", config={"hidden_size": 32, "intermediate_size": 64}, vocab_size=300, block_size=16,
-            batch_size=4, max_steps=6, disable_tqdm=True, num_samples=1, max_new_tokens=6, save_total_limit=None)
+            batch_size=4, max_steps=6, disable_tqdm=True, num_samples=1, max_new_tokens=6, save_total_limit=None,
+            use_cpu=True)
 
 
 def _sentence(rng: random.Random, lo: int = 4, hi: int = 12) -> str:
@@ -307,7 +309,7 @@ def test_two_process_ddp_reproduces_one_process(corpus, tmp_path):
     cli = ["--task", "clm", "--output-dir", str(tmp_path / "ddp"), "--batch-size", "4", "--dropout", "0",
            "--max-steps", "6", "--logging-steps", "1", "--eval-steps", "3", "--preset", "tiny",
            "--config", "hidden_size=32", "--config", "intermediate_size=64", "--vocab-size", "300",
-           "--block-size", "16", "--disable-tqdm", "--num-samples", "1", "--max-new-tokens", "6"]
+           "--block-size", "16", "--disable-tqdm", "--num-samples", "1", "--max-new-tokens", "6", "--use-cpu"]
     for entry in common["data_files"]:
         cli += ["--data-files", entry]
     # `--multi_gpu` selects torchrun; on a machine without GPUs the processes join a gloo group on CPU.
