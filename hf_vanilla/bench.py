@@ -15,7 +15,8 @@ ratio, which cancels slow drifts; ratio > 1 means ours is better (faster, or les
 
 Rows: ``train/<pair>`` (tokens/s of forward + backward), ``forward/<pair>`` (tokens/s, no grad),
 ``generate-b1/<pair>`` and ``generate-b8/<pair>`` (new tokens/s from ``generate()`` with the KV cache),
-``mfu-train/<pair>`` (model FLOP utilisation against a large matmul timed in the same run),
+``mfu-train/<pair>`` (model FLOP utilisation against a large matmul timed in the same rounds, whose rate
+is ``matmul-train/<pair>``),
 ``memory-train/<pair>`` (peak resident memory a training step adds) and ``memory-T<n>/<backend>``
 (peak memory of a forward at n tokens: eager attention materialises (T, T) scores, SDPA must not).
 With ``--compile``: ``compile-train/<pair>`` and ``compile-generate-b1/<pair>`` (static cache), both
@@ -430,6 +431,8 @@ def bench_pair(pair: Pair, sizes: Sizes, measures: Sequence[str], repeats: int, 
         mfu = {side: [100 * step_flops / t / peak for t in times[side]] for side in ("ours", "reference")}
         rows.append(Row(f"mfu-train/{name}", statistics.median(mfu["ours"]), statistics.median(mfu["reference"]),
                         "% of matmul", row.ratio))
+        rows.append(Row(f"matmul-train/{name}", peak / 1e9, peak / 1e9, "GFLOP/s", 1.0))  # the MFU's denominator
+        log(rows[-2])
         log(rows[-1])
     for model in (pair.ours, pair.reference):
         model.eval()
