@@ -85,6 +85,12 @@ def build_norm(config: VanillaConfig) -> nn.Module:
     return VanillaLayerNorm(config.hidden_size, config.norm_eps, config.norm_bias)
 
 
+def active_dropout(dropout: nn.Dropout, states: torch.Tensor) -> torch.Tensor:
+    """Dropout when it does something; otherwise the states as they are, without a module call (cached
+    decoding runs this a few times per layer and token, and the calls add up when the work is small)."""
+    return dropout(states) if dropout.training and dropout.p > 0 else states
+
+
 #: Activations that transformers writes out in Python (about nine element-wise passes forward, more backward)
 #: whose formula torch's tanh-approximated GELU computes in one kernel.
 FUSED_ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
@@ -117,7 +123,7 @@ class VanillaFeedForward(nn.Module):
             up = self.up_proj(hidden_states)
             # Without autograd nothing reads the activation again: multiply in place, one (tokens, d_ff) tensor fewer.
             inner = inner * up if torch.is_grad_enabled() else inner.mul_(up)
-        return self.down_proj(self.dropout(inner))
+        return self.down_proj(active_dropout(self.dropout, inner))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -207,10 +213,11 @@ def single_token_attention(
             scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
         else:
             scores = scores + attention_mask
-    scores = scores.float()
+    scores = scores.float() if scores.dtype != torch.float32 else scores
     weights = torch.exp2((scores - scores.amax(-1, keepdim=True)) * math.log2(math.e))
     weights = (weights / weights.sum(-1, keepdim=True)).to(query.dtype)
-    weights = nn.functional.dropout(weights, p=dropout, training=module.training)
+    if dropout:
+        weights = nn.functional.dropout(weights, p=dropout, training=module.training)
     output = (weights.view(batch, kv_heads, -1, length, 1) * value[:, :, None]).sum(-2)
     return output.reshape(batch, 1, heads, dim), weights
 
@@ -323,8 +330,8 @@ class ResidualStep(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         if self.pre_norm:
-            return hidden_states + self.dropout(sublayer(self.norm(hidden_states)))
-        return self.norm(hidden_states + self.dropout(sublayer(hidden_states)))
+            return hidden_states + active_dropout(self.dropout, sublayer(self.norm(hidden_states)))
+        return self.norm(hidden_states + active_dropout(self.dropout, sublayer(hidden_states)))
 
 
 class VanillaBlock(GradientCheckpointingLayer):
@@ -651,7 +658,7 @@ class VanillaStack(VanillaPreTrainedModel):
         hidden_states = self.positions.embed(inputs_embeds, position_ids)
         if self.embedding_norm is not None:
             hidden_states = self.embedding_norm(hidden_states)
-        return self.dropout(hidden_states)
+        return active_dropout(self.dropout, hidden_states)
 
     def finish(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.final_norm(hidden_states) if self.final_norm is not None else hidden_states
