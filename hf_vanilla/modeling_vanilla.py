@@ -1131,7 +1131,23 @@ class VanillaPooler(nn.Module):
         return torch.tanh(self.dense(pooled)) if self.dense is not None else pooled
 
 
-class VanillaForSequenceClassification(VanillaPreTrainedModel):
+class VanillaUnderstandingHead(VanillaPreTrainedModel):
+    """Shared by the heads that read a whole sequence once: the backbone runs without a KV cache."""
+
+    def _encode(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs):
+        kwargs.pop("use_cache", None)  # pipelines may pass it; nothing is generated here
+        return self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            use_cache=False,
+            **kwargs,
+        )
+
+
+class VanillaForSequenceClassification(VanillaUnderstandingHead):
     """A label (or a regression value) per sequence."""
 
     def __init__(self, config: VanillaConfig):
@@ -1155,16 +1171,7 @@ class VanillaForSequenceClassification(VanillaPreTrainedModel):
         labels: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> SequenceClassifierOutput:
-        kwargs.pop("use_cache", None)
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            use_cache=False,
-            **kwargs,
-        )
+        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
         pooled = self.pooler(outputs.last_hidden_state, attention_mask, input_ids)
         logits = self.score(self.dropout(pooled))
         loss = None
@@ -1175,7 +1182,7 @@ class VanillaForSequenceClassification(VanillaPreTrainedModel):
         )
 
 
-class VanillaForTokenClassification(VanillaPreTrainedModel):
+class VanillaForTokenClassification(VanillaUnderstandingHead):
     """A label per token (tagging, NER)."""
 
     def __init__(self, config: VanillaConfig):
@@ -1198,16 +1205,7 @@ class VanillaForTokenClassification(VanillaPreTrainedModel):
         labels: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> TokenClassifierOutput:
-        kwargs.pop("use_cache", None)
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            use_cache=False,
-            **kwargs,
-        )
+        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
         logits = self.score(self.dropout(outputs.last_hidden_state))
         loss = None
         if labels is not None:
@@ -1217,7 +1215,7 @@ class VanillaForTokenClassification(VanillaPreTrainedModel):
         )
 
 
-class VanillaForQuestionAnswering(VanillaPreTrainedModel):
+class VanillaForQuestionAnswering(VanillaUnderstandingHead):
     """Extractive QA: a start and an end score per token."""
 
     def __init__(self, config: VanillaConfig):
@@ -1238,16 +1236,7 @@ class VanillaForQuestionAnswering(VanillaPreTrainedModel):
         end_positions: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> QuestionAnsweringModelOutput:
-        kwargs.pop("use_cache", None)
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            use_cache=False,
-            **kwargs,
-        )
+        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(-1)
         start_logits, end_logits = start_logits.contiguous(), end_logits.contiguous()
         loss = None
