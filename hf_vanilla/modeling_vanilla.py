@@ -45,6 +45,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla import HEAD_FAMILIES, VanillaConfig, flash_refusal
+from .linear import Linear
 from .positional import (
     NO_POSITIONAL_INPUTS,
     PositionalAttentionInputs,
@@ -109,9 +110,9 @@ class VanillaFeedForward(nn.Module):
     def __init__(self, config: VanillaConfig):
         super().__init__()
         width, hidden = config.intermediate_size, config.hidden_size
-        self.gate_proj = nn.Linear(hidden, width, bias=config.mlp_bias) if config.gated_ffn else None
-        self.up_proj = nn.Linear(hidden, width, bias=config.mlp_bias)
-        self.down_proj = nn.Linear(width, hidden, bias=config.mlp_bias)
+        self.gate_proj = Linear(hidden, width, bias=config.mlp_bias) if config.gated_ffn else None
+        self.up_proj = Linear(hidden, width, bias=config.mlp_bias)
+        self.down_proj = Linear(width, hidden, bias=config.mlp_bias)
         self.act_fn = build_activation(config.hidden_act)
         self.dropout = nn.Dropout(config.activation_dropout)
 
@@ -244,10 +245,10 @@ class VanillaAttention(nn.Module):
         self.scaling = config.attention_scale if config.attention_scale is not None else self.head_dim**-0.5
         self.attention_dropout = config.attention_dropout
         bias = config.attention_bias
-        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(config.hidden_size, self.num_key_value_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(config.hidden_size, self.num_key_value_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
+        self.q_proj = Linear(config.hidden_size, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = Linear(config.hidden_size, self.num_key_value_heads * self.head_dim, bias=bias)
+        self.v_proj = Linear(config.hidden_size, self.num_key_value_heads * self.head_dim, bias=bias)
+        self.o_proj = Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
 
     def _split_heads(self, states: torch.Tensor) -> torch.Tensor:
         return states.view(*states.shape[:-1], -1, self.head_dim).transpose(1, 2)
@@ -917,12 +918,12 @@ class VanillaLMHeadMixin:
     def _build_lm_head(self, config: VanillaConfig) -> None:
         self.lm_head_transform = (
             nn.Sequential(
-                nn.Linear(config.hidden_size, config.hidden_size), build_activation(config.hidden_act), build_norm(config)
+                Linear(config.hidden_size, config.hidden_size), build_activation(config.hidden_act), build_norm(config)
             )
             if config.lm_head_transform
             else None
         )
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=config.lm_head_bias)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=config.lm_head_bias)
 
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
@@ -1106,7 +1107,7 @@ class VanillaPooler(nn.Module):
         super().__init__()
         self.strategy = config.classifier_pooling
         self.pad_token_id = config.pad_token_id
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size) if config.pooler else None
+        self.dense = Linear(config.hidden_size, config.hidden_size) if config.pooler else None
 
     def forward(
         self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, input_ids: torch.Tensor | None
@@ -1157,7 +1158,7 @@ class VanillaForSequenceClassification(VanillaUnderstandingHead):
         self.pooler = VanillaPooler(config)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout
         self.dropout = nn.Dropout(dropout)
-        self.score = nn.Linear(config.hidden_size, config.num_labels)
+        self.score = Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
     @can_return_tuple
@@ -1191,7 +1192,7 @@ class VanillaForTokenClassification(VanillaUnderstandingHead):
         self.model = VanillaModel(config)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout
         self.dropout = nn.Dropout(dropout)
-        self.score = nn.Linear(config.hidden_size, config.num_labels)
+        self.score = Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
     @can_return_tuple
@@ -1221,7 +1222,7 @@ class VanillaForQuestionAnswering(VanillaUnderstandingHead):
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
         self.model = VanillaModel(config)
-        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.qa_outputs = Linear(config.hidden_size, 2)
         self.post_init()
 
     @can_return_tuple
