@@ -353,7 +353,10 @@ def peak_memory_mib(run: Callable[[], object]) -> float:
     """Peak resident memory that ``run()`` adds, in MiB, measured in a forked child.
 
     A fork starts every measurement from the same heap, and whatever the call allocates dies with the
-    child, so models measured one after the other do not see each other's leftovers. NaN without fork.
+    child, so models measured one after the other do not see each other's leftovers. The child calls
+    ``run()`` once before measuring a second call: one-off set-ups (kernels a library generates for the
+    child's thread count, MKL's and oneDNN's per-thread buffers) belong to the process, not to the call.
+    NaN without fork.
     """
     import torch
 
@@ -365,6 +368,8 @@ def peak_memory_mib(run: Callable[[], object]) -> float:
         result = "nan"
         try:
             torch.set_num_threads(1)  # OpenMP's thread pool does not survive fork; one thread cannot deadlock
+            _start_peak_tracking()  # fixes the mmap threshold first, so the warm-up's blocks leave when freed
+            run()
             start = _start_peak_tracking()
             run()
             result = repr((_peak_kib() - start) / 1024)

@@ -60,16 +60,6 @@ def upload_files(run_dir: str | os.PathLike[str]) -> dict[str, Path]:
     }
 
 
-def _code_files() -> list[Path]:
-    """The model's source files, as ``save_pretrained`` copies them (the module plus its relative imports)."""
-    from transformers.dynamic_module_utils import get_relative_import_files
-
-    from . import modeling_vanilla
-
-    module = Path(modeling_vanilla.__file__)
-    return [module, *sorted(Path(p) for p in get_relative_import_files(str(module)))]
-
-
 def _with_auto_map(config: dict[str, Any]) -> dict[str, Any] | None:
     """``config`` plus the ``auto_map`` that ``register_for_auto_class`` would have written, or None if it has one.
 
@@ -214,7 +204,9 @@ def push_run(
     operations: dict[str, Any] = {name: path for name, path in files.items()}
     if patched_config is not None:
         operations["config.json"] = (json.dumps(patched_config, indent=2, sort_keys=True) + "\n").encode()
-    for source in _code_files():  # code already in the folder is the code the weights were trained with: kept
+    from .train import code_files
+
+    for source in code_files():  # code already in the folder is the code the weights were trained with: kept
         operations.setdefault(source.name, source)
     card = model_card_text(folder, repo_id, rebuild_card=rebuild_card)
 

@@ -2,9 +2,17 @@
 
 import os
 
+from hypothesis import HealthCheck, settings
+
 from tests.hub_fixtures import hub_server  # noqa: F401  (a fixture: the local Hub API server)
 
 # Tests never reach the Hub: anything that tries fails at once instead of hanging.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# Every property test: 150 examples in the default run, HYPOTHESIS_PROFILE=long for the documented long run
+# (3000). No deadline: the first examples pay for kernel set-up, and CI machines are shared.
+settings.register_profile("ci", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("long", max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

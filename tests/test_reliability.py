@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import hf_vanilla as hv
@@ -21,11 +21,6 @@ from tests.factories import (
     padded_batch,
     tiny_model,
 )
-
-# A few hundred examples in the default run; HYPOTHESIS_PROFILE=long for the documented long run.
-settings.register_profile("ci", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("long", max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @st.composite
