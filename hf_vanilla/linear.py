@@ -9,9 +9,9 @@ reading the weight). ``docs/performance.md`` has the figures.
 So the layer does the same maths through oneDNN where it can: the forward product and the input
 gradient on oneDNN, the weight gradient on MKL (oneDNN is slower there: the reduction runs over the
 token axis). Results agree with ``F.linear`` to float32 rounding (a different summation order), not
-bit for bit. Anything outside the measured case -- other dtypes and devices, tensor subclasses,
-``torch.compile`` (inductor picks its own kernels), functorch transforms, double backward -- takes
-``F.linear`` unchanged. ``HF_VANILLA_ONEDNN_LINEAR=0`` (or :func:`set_onednn_linear`) turns it off.
+bit for bit. Anything outside the measured case -- other dtypes and devices, autocast, tensor
+subclasses, ``torch.compile`` (inductor picks its own kernels), ``torch.jit.trace``, functorch
+transforms, double backward -- takes ``F.linear`` unchanged. ``HF_VANILLA_ONEDNN_LINEAR=0`` (or :func:`set_onednn_linear`) turns it off.
 
 Checkpoints are unaffected: the module is an ``nn.Linear`` (same parameters, names, shapes, and
 ``isinstance`` checks, so PEFT, quantisation and conversion see a plain linear layer).
@@ -73,7 +73,9 @@ def _takes_onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
         and (bias is None or bias.dtype == torch.float32)
         and x.dim() >= 2
         and x.numel() > 0
+        and not torch.is_autocast_enabled("cpu")  # autocast would cast F.linear's inputs; it does not know this op
         and not torch.compiler.is_compiling()
+        and not torch.jit.is_tracing()  # a traced graph must hold portable ops (e.g. for ONNX export)
         and not torch._C._are_functorch_transforms_active()
     )
 

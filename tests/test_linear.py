@@ -100,6 +100,22 @@ def test_other_inputs_take_f_linear_exactly(x, weight, onednn_calls):
     assert onednn_calls == []
 
 
+def test_autocast_still_casts(onednn_calls):
+    """Under CPU autocast F.linear runs in bfloat16; the layer must not quietly stay in float32."""
+    x, weight = torch.randn(4, 16), torch.randn(8, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, expected = linear(x, weight), F.linear(x, weight)
+    assert out.dtype == expected.dtype == torch.bfloat16 and onednn_calls == []
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
+def test_traced_graphs_hold_the_portable_op():
+    layer = Linear(16, 8)
+    traced = torch.jit.trace(layer, torch.randn(3, 16))
+    kinds = {node.kind() for node in traced.inlined_graph.nodes()}
+    assert "aten::linear" in kinds and not any(kind.startswith("mkldnn::") for kind in kinds)
+
+
 def test_switched_off_it_is_f_linear_bit_for_bit(onednn_off, onednn_calls):
     x, weight, bias = torch.randn(7, 33), torch.randn(65, 33), torch.randn(65)
     torch.testing.assert_close(linear(x, weight, bias), F.linear(x, weight, bias), rtol=0, atol=0)
