@@ -116,6 +116,13 @@ def test_traced_graphs_hold_the_portable_op():
     assert "aten::linear" in kinds and not any(kind.startswith("mkldnn::") for kind in kinds)
 
 
+@pytest.mark.parametrize("strict", [False, True])
+def test_exported_programs_hold_the_portable_op(strict):
+    program = torch.export.export(Linear(16, 8), (torch.randn(3, 16),), strict=strict)
+    targets = {str(node.target) for node in program.graph.nodes if node.op == "call_function"}
+    assert targets == {"aten.linear.default"}
+
+
 def test_switched_off_it_is_f_linear_bit_for_bit(onednn_off, onednn_calls):
     x, weight, bias = torch.randn(7, 33), torch.randn(65, 33), torch.randn(65)
     torch.testing.assert_close(linear(x, weight, bias), F.linear(x, weight, bias), rtol=0, atol=0)
