@@ -11,7 +11,9 @@ gradient on oneDNN, the weight gradient on MKL (oneDNN is slower there: the redu
 token axis). Results agree with ``F.linear`` to float32 rounding (a different summation order), not
 bit for bit. Anything outside the measured case -- other dtypes and devices, autocast, tensor
 subclasses, ``torch.compile`` (inductor picks its own kernels), ``torch.jit.trace``, functorch
-transforms, double backward -- takes ``F.linear`` unchanged. ``HF_VANILLA_ONEDNN_LINEAR=0`` (or :func:`set_onednn_linear`) turns it off.
+transforms -- takes ``F.linear`` unchanged, and a backward that is itself differentiated
+(``create_graph=True``) uses differentiable ops. ``HF_VANILLA_ONEDNN_LINEAR=0`` (or
+:func:`set_onednn_linear`) turns the path off.
 
 Checkpoints are unaffected: the module is an ``nn.Linear`` (same parameters, names, shapes, and
 ``isinstance`` checks, so PEFT, quantisation and conversion see a plain linear layer).
@@ -37,7 +39,9 @@ def _probe() -> bool:
     if platform.machine().lower() not in {"x86_64", "amd64"} or not torch.backends.mkldnn.is_available():
         return False  # measured on x86 only; elsewhere (e.g. oneDNN over ARM's library) nothing is known
     try:
-        x, weight, bias = torch.randn(3, 8), torch.randn(5, 8), torch.randn(5)
+        # Fixed values, not torch.randn: importing the package must not move the user's random stream.
+        x = torch.linspace(-1.0, 1.0, 24).reshape(3, 8)
+        weight, bias = torch.linspace(0.5, -0.5, 40).reshape(5, 8), torch.linspace(-0.2, 0.2, 5)
         return torch.allclose(_onednn_product(x, weight, bias), F.linear(x, weight, bias), atol=1e-5)
     except (RuntimeError, AttributeError, NotImplementedError):
         return False

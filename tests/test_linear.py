@@ -146,6 +146,14 @@ def test_double_backward_matches_f_linear():
     assert (ours - expected).norm() / expected.norm() < 1e-5
 
 
+def test_switching_leaves_the_random_stream_alone():
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    set_onednn_linear(set_onednn_linear(False))  # off and back on: turning it on runs the availability probe
+    torch.testing.assert_close(torch.rand(3), expected, rtol=0, atol=0)
+
+
 def test_is_an_nn_linear_with_the_same_checkpoint():
     layer = Linear(8, 4)
     plain = nn.Linear(8, 4)
