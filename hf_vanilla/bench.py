@@ -319,19 +319,27 @@ def _rss_kib(field: str) -> int:
     raise OSError(f"{field} not in /proc/self/status")
 
 
-def _start_peak_tracking() -> int:
-    """Make the peak RSS start at the current RSS and return it (KiB); glibc frees big blocks at once."""
+def _return_freed_memory() -> None:
+    """Fix glibc's mmap threshold and give the heap's free blocks back to the system.
+
+    Blocks >= 64 KiB are then mapped and unmapped, never parked in the heap, so freed activations leave
+    the RSS and a peak is the real high-water mark of the call being measured.
+    """
     import ctypes
-    import resource
 
     try:
         libc = ctypes.CDLL("libc.so.6")
-        # A fixed mmap threshold: blocks >= 64 KiB are mapped and unmapped, never parked in the heap, so
-        # freed activations leave the RSS and the peak is the real high-water mark of this one call.
         libc.mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD
         libc.malloc_trim(0)
     except OSError:
         pass
+
+
+def _start_peak_tracking() -> int:
+    """Make the peak RSS start at the current RSS and return it (KiB)."""
+    import resource
+
+    _return_freed_memory()
     try:
         with open("/proc/self/clear_refs", "w") as refs:
             refs.write("5")  # resets VmHWM to VmRSS (Linux >= 4.0)
@@ -368,7 +376,7 @@ def peak_memory_mib(run: Callable[[], object]) -> float:
         result = "nan"
         try:
             torch.set_num_threads(1)  # OpenMP's thread pool does not survive fork; one thread cannot deadlock
-            _start_peak_tracking()  # fixes the mmap threshold first, so the warm-up's blocks leave when freed
+            _return_freed_memory()  # first, so that the warm-up's blocks leave the RSS when freed
             run()
             start = _start_peak_tracking()
             run()

@@ -351,20 +351,25 @@ def ensure_code_files(folder: str | os.PathLike[str]) -> list[str]:
     return copied
 
 
+def _fsync(path: Path) -> None:
+    """Flush one file or folder entry to disk; best effort (some filesystems refuse fsync on folders)."""
+    flags = os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if path.is_dir() else 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def _fsync_tree(folder: Path) -> None:
     """Flush every file (and the folder entries) to disk so a crash cannot publish a half-written file."""
     for path in sorted(folder.rglob("*"), reverse=True):
-        flags = os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if path.is_dir() else 0)
-        try:
-            fd = os.open(path, flags)
-        except OSError:
-            continue
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        _fsync(path)
 
 
 def _umask() -> int:
@@ -386,19 +391,6 @@ def make_shareable(path: Path) -> None:
             p.chmod((0o755 if p.is_dir() else 0o644) & ~mask)
         except OSError:
             pass
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 @functools.cache
@@ -447,7 +439,7 @@ def trainer_classes() -> tuple[type, type]:
                 if final.exists():  # same step saved before (e.g. a resumed run re-saving): replace it
                     shutil.rmtree(final)
                 os.replace(staged, final)
-                _fsync_dir(run_dir)
+                _fsync(run_dir)
                 shutil.rmtree(staging_root, ignore_errors=True)
                 rotate_checkpoints(
                     output_dir=str(run_dir),
