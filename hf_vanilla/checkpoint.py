@@ -257,10 +257,31 @@ def exchange(new: Path, target: Path) -> None:
 
 
 def remove_stale_staging(parent: str | os.PathLike[str], name: str | None = None) -> None:
-    """Delete staging folders a killed process left in ``parent`` (all of them, or those staged for ``name``)."""
+    """Delete staging folders that killed processes left in ``parent`` (all, or those staged for ``name``).
+
+    A folder that a live process is still writing is locked (:func:`held_lock`) and left alone.
+    """
     pattern = f"{STAGING_PREFIX}{name}-*" if name else f"{STAGING_PREFIX}*"
     for stale in Path(parent).glob(pattern):
-        shutil.rmtree(stale, ignore_errors=True)
+        try:
+            with held_lock(stale):
+                shutil.rmtree(stale, ignore_errors=True)
+        except (BlockingIOError, OSError):
+            continue
+
+
+@contextlib.contextmanager
+def held_lock(folder: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``folder`` for the block; BlockingIOError if another process holds it.
+    The kernel drops it when its holder dies, so a killed writer's folder is free to remove."""
+    import fcntl
+
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield
+    finally:
+        os.close(fd)
 
 
 def link_or_copy(source: Path, destination: Path) -> None:
@@ -291,7 +312,7 @@ def staged_folder(target: str | os.PathLike[str], keep: Callable[[str], bool] | 
     remove_stale_staging(target.parent, target.name)
     staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{target.name}-", dir=target.parent))
     try:
-        with clear_disk_errors(target):
+        with held_lock(staging), clear_disk_errors(target):
             yield staging
             written = {path.name for path in staging.iterdir()}
             if target.exists() and keep is not None:

@@ -191,3 +191,15 @@ def test_ensure_code_files_restores_missing_code_and_keeps_existing(tmp_path):
 )
 def test_is_model_file(name, expected):
     assert is_model_file(name) is expected
+
+
+def test_a_staging_folder_in_use_by_another_writer_is_not_removed(tmp_path):
+    from hf_vanilla.checkpoint import held_lock, remove_stale_staging
+
+    live, dead = tmp_path / ".staging-corpus-live", tmp_path / ".staging-corpus-dead"
+    live.mkdir(), dead.mkdir()
+    with held_lock(live):  # flock is per open file: a second open in this process contends like another process
+        remove_stale_staging(tmp_path, "corpus")
+        assert live.is_dir() and not dead.exists()
+    remove_stale_staging(tmp_path, "corpus")
+    assert not live.exists()
