@@ -547,6 +547,44 @@ def test_stale_format_version_is_rebuilt(_isolated: Path, shakespeare_src: Path)
     assert sorted(p.name for p in _isolated.iterdir()) == ["downloads", "shakespeare"]
 
 
+def test_edited_cached_text_is_detected_and_rebuilt(
+    shakespeare_src: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Fault 4: an edit to the processed cache silently changed the training rows."""
+    corpora.fetch_corpus("shakespeare", source=shakespeare_src)
+    before = corpora.load_shakespeare(validation_works=["hamlet"], test_works=[])
+    edited = fetch.get_cache_dir() / "shakespeare" / "texts" / "tempest.txt"
+    edited.write_text(edited.read_text().replace("O brave new world", "O brave old world"))
+    with caplog.at_level("WARNING", logger="hf_vanilla.corpora.fetch"):
+        after = corpora.load_shakespeare(validation_works=["hamlet"], test_works=[])
+    assert after["train"]["text"] == before["train"]["text"]
+    assert "O brave new world" in edited.read_text()
+    assert f"{edited} does not match the checksum recorded when the corpus was built" in caplog.text
+
+
+@pytest.mark.parametrize("damage", ["edit", "delete", "add"])
+def test_damaged_cache_without_raw_files_fails_naming_the_file(shakespeare_src: Path, damage: str) -> None:
+    folder = corpora.fetch_corpus("shakespeare", source=shakespeare_src)
+    shutil.rmtree(folder.parent / "downloads")  # nothing to rebuild from, and downloading is off
+    culprit = folder / "texts" / ("extra.txt" if damage == "add" else "hamlet.txt")
+    if damage == "edit":
+        with open(culprit, "a") as fh:
+            fh.write("an extra line\n")
+    elif damage == "delete":
+        culprit.unlink()
+    else:
+        culprit.write_text("not from the build\n")
+    problem = {"edit": "does not match the checksum", "delete": "is missing", "add": "was not written by the build"}
+    with pytest.raises(CorpusUnavailableError, match=rf"cannot be used: {re.escape(str(culprit))} {problem[damage]}"):
+        corpora.load_shakespeare()
+
+
+def test_meta_json_records_every_built_file(bbc_src: Path) -> None:
+    folder = corpora.fetch_corpus("bbc-news", source=bbc_src)
+    recorded = corpora.corpus_info("bbc-news")["files"]
+    assert recorded == {"articles.jsonl": _sha(folder / "articles.jsonl")}
+
+
 def test_unknown_corpus() -> None:
     with pytest.raises(ValueError, match="unknown corpus 'wiki'"):
         corpora.fetch_corpus("wiki")

@@ -43,7 +43,8 @@ logger = logging.getLogger(__name__)
 PathLike = str | os.PathLike[str]
 
 #: Bumped whenever the processed on-disk layout changes; older cached corpora are rebuilt.
-FORMAT_VERSION = 1
+#: 2: ``meta.json`` records the SHA-256 of every built file (``files``), checked on every load.
+FORMAT_VERSION = 2
 
 CACHE_ENV = "HF_VANILLA_CACHE"
 DOWNLOADS_ENV = "HF_VANILLA_DOWNLOADS"
@@ -270,6 +271,12 @@ def _ensure_raw(spec: CorpusSpec, cache: Path, source: PathLike | None) -> dict[
 # --------------------------------------------------------------------------------------------------
 
 
+def _built_files(folder: Path) -> dict[str, str]:
+    """SHA-256 of every file under ``folder`` except ``meta.json``, by POSIX relative path."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "meta.json")
+    return {p.relative_to(folder).as_posix(): sha256_file(p) for p in files}
+
+
 def read_meta(folder: Path) -> dict[str, Any] | None:
     """``meta.json`` of a processed corpus written by this format version, else None."""
     try:
@@ -286,6 +293,15 @@ def cache_problem(folder: Path) -> str | None:
     meta = read_meta(folder)
     if meta is None:
         return f"{folder / 'meta.json'} is missing or from another format version (this one: {FORMAT_VERSION})"
+    recorded: dict[str, str] = meta.get("files", {})
+    actual = _built_files(folder)
+    for name in sorted(recorded.keys() | actual.keys()):
+        if name not in actual:
+            return f"{folder / name} is missing"
+        if name not in recorded:
+            return f"{folder / name} was not written by the build"
+        if actual[name] != recorded[name]:
+            return f"{folder / name} does not match the checksum recorded when the corpus was built"
     return None
 
 
@@ -314,6 +330,7 @@ def _build(spec: CorpusSpec, raws: Mapping[str, Path], cache: Path) -> None:
             corpus=spec.name,
             license=spec.license,
             sources={f.filename: f.sha256 for f in spec.files},
+            files=_built_files(staging),
         )
         (staging / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True), encoding="utf-8")
         staging.chmod(0o755)  # mkdtemp makes it private; the published corpus is an ordinary folder
