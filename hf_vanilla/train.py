@@ -506,9 +506,13 @@ def load_task_data(task: str, opts: TrainOptions) -> tuple[DatasetDict, dict[str
         keep_columns = task in ("translation", "classification")
         text_column = None if keep_columns else opts.text_column
         sample_by = opts.sample_by or "paragraph"
-        dsd = hv_data.load_local_files(files, text_column=text_column, validation_fraction=0.0, seed=opts.seed,
-                                       sample_by=sample_by)  # type: ignore[arg-type]
+        # The loader cuts validation from train-only files itself: it knows to cut one paragraph by line.
+        only_train = not isinstance(files, Mapping) or set(files) == {"train"}
+        dsd = hv_data.load_local_files(files, text_column=text_column, seed=opts.seed, sample_by=sample_by,
+                                       validation_fraction=opts.validation_fraction if only_train else 0.0)  # type: ignore[arg-type]
         description["sample_by"] = sample_by
+        if only_train:
+            description["validation_note"] = f"{opts.validation_fraction:.0%} of train, seeded split"
         description.update(source="local files", name="local:" + ",".join(Path(f).name for f in _all_files(files)),
                            files=[str(Path(f).resolve()) for f in _all_files(files)])
     elif opts.dataset:

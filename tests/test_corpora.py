@@ -812,6 +812,42 @@ def test_load_local_files_errors(tmp_path: Path) -> None:
         corpora.load_local_files(tmp_path / "missing.txt", cache_dir=tmp_path / "c")
 
 
+def test_one_text_file_without_blank_lines_gives_a_validation_split(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`--task clm --data-files a.txt`: one paragraph was one row, and cutting validation raised
+    datasets' "the resulting train set will be empty"."""
+    lines = [f"line {i} of the only paragraph" for i in range(10)]
+    (tmp_path / "a.txt").write_text("\n".join(lines) + "\n")
+    with caplog.at_level("WARNING", logger="hf_vanilla.corpora.local"):
+        dsd = corpora.load_local_files(
+            tmp_path / "a.txt", sample_by="paragraph", validation_fraction=0.1, cache_dir=tmp_path / "c"
+        )
+    assert (len(dsd["train"]), len(dsd["validation"])) == (9, 1)
+    assert sorted([*dsd["train"]["text"], *dsd["validation"]["text"]]) == sorted(lines)
+    assert "a.txt holds a single paragraph; cutting it by line" in caplog.text
+    (tmp_path / "b.txt").write_text("one\n\ntwo\n\nthree\n")  # paragraphs: cut as asked, no fallback
+    by_paragraph = corpora.load_local_files(
+        tmp_path / "b.txt", sample_by="paragraph", validation_fraction=0.3, cache_dir=tmp_path / "c"
+    )
+    assert sorted([*by_paragraph["train"]["text"], *by_paragraph["validation"]["text"]]) == ["one", "three", "two"]
+
+
+def test_text_too_small_for_a_validation_split_says_what_to_pass(tmp_path: Path) -> None:
+    (tmp_path / "one.txt").write_text("a single line\n")
+    with pytest.raises(ValueError, match=r"cannot cut a 0.1 validation split from \S*one.txt: it gives 1 row\(s\) "
+                       r"by line. Pass a validation file \({'validation': PATH}; --data-files validation=PATH\)"):
+        corpora.load_local_files(tmp_path / "one.txt", validation_fraction=0.1, cache_dir=tmp_path / "c")
+    (tmp_path / "doc.txt").write_text("two\nlines\n")
+    with pytest.raises(ValueError, match=r"1 row\(s\) by document.*or sample_by='line' \(--sample-by line\)"):
+        corpora.load_local_files(
+            tmp_path / "doc.txt", sample_by="document", validation_fraction=0.1, cache_dir=tmp_path / "c"
+        )
+    assert corpora.load_local_files(tmp_path / "one.txt", cache_dir=tmp_path / "c")["train"]["text"] == [
+        "a single line"
+    ]  # no validation asked for: one row is fine
+
+
 def test_load_named_dataset_wraps_and_reports(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: dict = {}
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from datasets import Dataset, DatasetDict, load_dataset
 
 from .fetch import CORPORA, CorpusUnavailableError, PathLike
-from .rows import drop_blank
+from .rows import drop_blank, strip_paragraph_edges
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +121,8 @@ def _load(
         kwargs.setdefault("sep", "\t")
     dsd = load_dataset(builder, data_files=dict(files), cache_dir=None if cache_dir is None else str(cache_dir),
                        **kwargs)  # fmt: skip
+    if builder == "text" and kwargs["sample_by"] == "paragraph":
+        dsd = DatasetDict({k: strip_paragraph_edges(v) for k, v in dsd.items()})
     if builder == "text":
         dsd = DatasetDict({k: drop_blank(v) for k, v in dsd.items()})
     return dsd

@@ -1,5 +1,5 @@
 """Small helpers the corpus modules share: decoding raw text, writing JSONL, checking held-out names,
-dropping blank rows."""
+tidying the rows of text files."""
 
 from __future__ import annotations
 
@@ -41,3 +41,9 @@ def check_holdout(kind: str, known: Iterable[str], **splits: Sequence[str]) -> N
 
 def drop_blank(ds: Dataset, column: str = "text") -> Dataset:
     return ds.filter(lambda text: bool(text and text.strip()), input_columns=column)
+
+
+def strip_paragraph_edges(ds: Dataset, column: str = "text") -> Dataset:
+    """``sample_by="paragraph"`` leaves a ``"\\n"`` at a paragraph's edge (a run of 3+ newlines, or the
+    file's last newline); remove it."""
+    return ds.map(lambda text: {column: text.strip("\n")}, input_columns=column)

