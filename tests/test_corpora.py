@@ -959,6 +959,20 @@ def test_wordpiece_tokenizer_round_trip(tmp_path: Path) -> None:
     assert (again["input_ids"], again["token_type_ids"]) == (enc["input_ids"], enc["token_type_ids"])
 
 
+@pytest.mark.parametrize("kind", ["bpe", "wordpiece"])
+def test_padding_side_survives_save_and_reload(tmp_path: Path, kind: str) -> None:
+    """A decoder's tokenizer pads on the left for batched generate(); set as an attribute it was lost on save."""
+    tok = corpora.train_tokenizer(CORPUS_EN * 3, kind, vocab_size=270, min_frequency=1, padding_side="left")
+    tok.save_pretrained(tmp_path / "tok")
+    loaded = AutoTokenizer.from_pretrained(tmp_path / "tok")
+    assert (tok.padding_side, loaded.padding_side) == ("left", "left")
+    batch = loaded(["earth", "the earth was"], padding=True)
+    assert batch["attention_mask"][0][0] == 0 and batch["attention_mask"][0][-1] == 1
+    default = corpora.train_tokenizer(CORPUS_EN * 3, kind, vocab_size=270, min_frequency=1)
+    default.save_pretrained(tmp_path / "default")
+    assert AutoTokenizer.from_pretrained(tmp_path / "default").padding_side == "right"
+
+
 def test_train_tokenizer_validates_arguments() -> None:
     with pytest.raises(ValueError, match="kind must be 'bpe' or 'wordpiece'"):
         corpora.train_tokenizer(["a"], "unigram")  # type: ignore[arg-type]

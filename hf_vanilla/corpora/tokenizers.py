@@ -39,6 +39,7 @@ def train_tokenizer(
     add_bos: bool = False,
     add_eos: bool = True,
     model_max_length: int = 512,
+    padding_side: Literal["left", "right"] = "right",
 ) -> PreTrainedTokenizerFast:
     """Train a tokenizer with ``tokenizers`` and wrap it as a ``PreTrainedTokenizerFast``.
 
@@ -53,11 +54,15 @@ def train_tokenizer(
     ``[CLS] A [SEP]`` / ``[CLS] A [SEP] B [SEP]`` with token type ids 0 / 1. Like the BPE tokenizer it
     returns only ``input_ids`` and ``attention_mask`` by default (the original transformer has no
     segment embeddings); pass ``return_token_type_ids=True`` when calling it to get the type ids.
+
+    ``padding_side="left"`` for a decoder's tokenizer (batched ``generate()`` continues each row at its
+    end); given to the constructor, it is saved with the tokenizer (set afterwards, it would not be).
     """
+    wrapper_kwargs = {"model_max_length": model_max_length, "padding_side": padding_side}
     if kind == "bpe":
-        return _train_bpe(texts, vocab_size, min_frequency, lowercase, add_bos, add_eos, model_max_length)
+        return _train_bpe(texts, vocab_size, min_frequency, lowercase, add_bos, add_eos, wrapper_kwargs)
     if kind == "wordpiece":
-        return _train_wordpiece(texts, vocab_size, min_frequency, lowercase, model_max_length)
+        return _train_wordpiece(texts, vocab_size, min_frequency, lowercase, wrapper_kwargs)
     raise ValueError(f"kind must be 'bpe' or 'wordpiece', got {kind!r}")
 
 
@@ -68,7 +73,7 @@ def _train_bpe(
     lowercase: bool,
     add_bos: bool,
     add_eos: bool,
-    model_max_length: int,
+    wrapper_kwargs: dict[str, Any],
 ) -> PreTrainedTokenizerFast:
     specials = list(BPE_SPECIAL_TOKENS)
     if vocab_size < 256 + len(specials):
@@ -100,13 +105,13 @@ def _train_bpe(
         unk_token="<unk>",
         pad_token="<pad>",
         mask_token="<mask>",
-        model_max_length=model_max_length,
+        **wrapper_kwargs,
         clean_up_tokenization_spaces=False,
     )
 
 
 def _train_wordpiece(
-    texts: Iterable[str], vocab_size: int, min_frequency: int, lowercase: bool, model_max_length: int
+    texts: Iterable[str], vocab_size: int, min_frequency: int, lowercase: bool, wrapper_kwargs: dict[str, Any]
 ) -> PreTrainedTokenizerFast:
     specials = list(WORDPIECE_SPECIAL_TOKENS)
     if vocab_size <= len(specials):
@@ -135,6 +140,6 @@ def _train_wordpiece(
         cls_token="[CLS]",
         sep_token="[SEP]",
         mask_token="[MASK]",
-        model_max_length=model_max_length,
+        **wrapper_kwargs,
         clean_up_tokenization_spaces=True,
     )
