@@ -9,9 +9,9 @@ Split: whole books are held out, so test sentences are not near-duplicates of tr
 validation = Ruth, Jonah, Mark, Galatians, James; test = Esther, Ecclesiastes, Micah, John,
 Philippians, 1 Peter (narrative, poetry, gospel and epistle in each).
 
-The zText reader and OSIS stripping are hand-written: the one library on PyPI, pysword 0.2.8 (MIT,
-last release 2022), drops the canonical Psalm titles, cuts nested notes at the inner close tag, and
-does not check a module's index against its versification.
+The zText reader and OSIS stripping are hand-written (about 150 lines): pysword 0.2.8 (MIT, last
+release 2022-05) reads zText, but its regex cleaner drops the canonical Psalm titles and mis-cuts
+nested notes (a non-greedy ``<note.*?note>`` stops at the inner tag, leaving note text in the verse).
 """
 
 from __future__ import annotations
