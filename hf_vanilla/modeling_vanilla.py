@@ -41,6 +41,7 @@ from transformers.modeling_outputs import (
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple
+from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -279,6 +280,7 @@ class VanillaAttention(nn.Module):
             key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
         return query, key, value
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -350,6 +352,7 @@ class VanillaBlock(GradientCheckpointingLayer):
         self.mlp = VanillaFeedForward(config)
         self.mlp_step = ResidualStep(config)
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -707,6 +710,7 @@ class VanillaDecoder(VanillaStack):
         "cross_attentions": OutputRecorder(VanillaAttention, index=1, layer_name="cross_attn"),
     }
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @merge_with_config_defaults
     @capture_outputs
     def forward(
@@ -819,6 +823,7 @@ class VanillaModel(VanillaPreTrainedModel):
     def get_decoder(self):
         return self.decoder if self.decoder is not None else self
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @can_return_tuple
     def forward(
         self,
@@ -961,6 +966,7 @@ class VanillaForCausalLM(VanillaLMHeadMixin, VanillaPreTrainedModel, GenerationM
         self._build_lm_head(config)
         self.post_init()
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @can_return_tuple
     def forward(
         self,
@@ -1049,6 +1055,7 @@ class VanillaForSeq2SeqLM(VanillaLMHeadMixin, VanillaPreTrainedModel, Generation
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @can_return_tuple
     def forward(
         self,
