@@ -55,7 +55,11 @@ from .positional import (
 
 
 class VanillaRMSNorm(nn.Module):
-    """Root-mean-square norm (Zhang & Sennrich): no centring, no bias; accumulated in float32."""
+    """Root-mean-square norm (Zhang & Sennrich): no centring, no bias.
+
+    Rounds where Llama's and T5's norms do: normalised in float32, cast back to the input's dtype, then scaled by
+    the weight, so a converted checkpoint computes the same bfloat16 numbers as its source.
+    """
 
     def __init__(self, hidden_size: int, eps: float):
         super().__init__()
@@ -63,9 +67,9 @@ class VanillaRMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        # torch's fused kernel: one pass instead of five element-wise ones (x^2, mean, rsqrt, two products).
-        weight = self.weight.to(hidden_states.dtype)  # the kernel needs matching dtypes (else a slow fallback)
-        return nn.functional.rms_norm(hidden_states, self.weight.shape, weight, self.eps)
+        # torch's fused kernel normalises in one pass instead of four element-wise ones (x^2, mean, rsqrt, product).
+        normalized = nn.functional.rms_norm(hidden_states.float(), self.weight.shape, None, self.eps)
+        return self.weight * normalized.to(hidden_states.dtype)
 
 
 class VanillaLayerNorm(nn.LayerNorm):
@@ -87,16 +91,26 @@ def active_dropout(dropout: nn.Dropout, states: torch.Tensor) -> torch.Tensor:
     return dropout(states) if dropout.training and dropout.p > 0 else states
 
 
-#: Activations that transformers writes out in Python (about nine element-wise passes forward, more backward)
-#: whose formula torch's tanh-approximated GELU computes in one kernel.
-FUSED_ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
-    "gelu_new": lambda: nn.GELU(approximate="tanh"),  # GPT-2's 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))
-    "gelu_fast": lambda: nn.GELU(approximate="tanh"),  # the same polynomial, factored differently
-}
+class FusedTanhGELU(nn.Module):
+    """GPT-2's ``gelu_new`` (and ``gelu_fast``, the same polynomial), 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))).
+
+    transformers writes it out in Python: about nine element-wise passes forward, more backward. In float32
+    torch's tanh-approximated GELU computes the same function (to float32 rounding) in one kernel; in lower
+    precision the native module runs, so a converted checkpoint rounds where its source does.
+    """
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.native = ACT2FN[name]
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if hidden_states.dtype == torch.float32:
+            return nn.functional.gelu(hidden_states, approximate="tanh")
+        return self.native(hidden_states)
 
 
 def build_activation(name: str) -> nn.Module:
-    return FUSED_ACTIVATIONS[name]() if name in FUSED_ACTIVATIONS else ACT2FN[name]
+    return FusedTanhGELU(name) if name in ("gelu_new", "gelu_fast") else ACT2FN[name]
 
 
 class VanillaFeedForward(nn.Module):
@@ -157,9 +171,11 @@ def eager_attention_forward(
     """softmax(Q K^T * scaling + bias + mask) V, written out: the reference every backend must match."""
     key = repeat_kv(key, module.num_key_value_groups)
     value = repeat_kv(value, module.num_key_value_groups)
-    # The scaling goes on the (seq, head_dim) queries and the bias and mask are added in place, so a single
-    # (seq, seq) score tensor exists before the softmax, not three (matmul's backward needs only its inputs).
-    scores = torch.matmul(query * scaling if scaling != 1.0 else query, key.transpose(2, 3))
+    # Scaled after the product, as transformers' eager attention does (the same bfloat16 roundings), and in place
+    # like the bias and mask: one (seq, seq) score tensor exists before the softmax, not three.
+    scores = torch.matmul(query, key.transpose(2, 3))
+    if scaling != 1.0:
+        scores *= scaling
     if position_bias is not None:
         scores += position_bias
     if attention_mask is not None:
