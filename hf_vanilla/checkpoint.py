@@ -121,6 +121,44 @@ def ensure_code_files(folder: str | os.PathLike[str]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------------------------
+# Loading, where the package's own tools need more than transformers' warnings
+
+
+def check_weight_files(folder: str | os.PathLike[str]) -> None:
+    """Open the header of every safetensors file in ``folder``; a truncated or corrupted one is an error that names
+    the file (safetensors' own message, which ``from_pretrained`` passes on, does not say which file it read)."""
+    from safetensors import SafetensorError, safe_open
+
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        try:
+            with safe_open(str(path), "pt"):
+                pass
+        except SafetensorError as error:
+            raise OSError(
+                f"Cannot read the weights in {path}: {error}. The file is truncated or corrupted (an interrupted "
+                "download or copy?); fetch or save the checkpoint again."
+            ) from error
+
+
+def load_complete(model_class: Any, folder: str | os.PathLike[str], **kwargs: Any) -> Any:
+    """``model_class.from_pretrained(folder, **kwargs)``, refusing a checkpoint that lacks weights the model needs.
+
+    transformers initialises missing weights at random and logs a warning, which is right for a new task head;
+    a tool that converts or inspects a checkpoint (convert, viz) would hand on random weights as trained ones.
+    """
+    check_weight_files(folder)
+    model, info = model_class.from_pretrained(folder, output_loading_info=True, **kwargs)
+    missing = sorted(info["missing_keys"])
+    if missing:
+        raise ValueError(
+            f"The checkpoint in {folder} lacks weights {model_class.__name__} needs: {missing[:8]}"
+            f"{' ...' if len(missing) > 8 else ''}. It was saved by another architecture, or its config.json was "
+            "edited; loading it would leave those weights random."
+        )
+    return model
+
+
+# ----------------------------------------------------------------------------------------------
 # Flushing, permissions and clear errors
 
 

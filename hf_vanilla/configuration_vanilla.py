@@ -13,7 +13,6 @@ This file travels to the Hub with the model: it imports only transformers and th
 from __future__ import annotations
 
 import copy
-import os
 from typing import Any, ClassVar
 
 from huggingface_hub.dataclasses import strict
@@ -282,11 +281,11 @@ class VanillaConfig(PreTrainedConfig):
         return config
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs: Any) -> VanillaConfig:
+    def from_pretrained(cls, pretrained_model_name_or_path: Any, **kwargs: Any) -> VanillaConfig:
         try:
             return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
         except ValueError as error:  # name the file: the message alone does not say which checkpoint is bad
-            raise ValueError(f"{os.path.join(str(pretrained_model_name_or_path), 'config.json')}: {error}") from error
+            raise ValueError(f"{pretrained_model_name_or_path}/config.json: {error}") from error
 
     @property
     def encoder_layers(self) -> int:

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .checkpoint import load_complete, save_pretrained_atomic
+
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel
@@ -1035,8 +1037,9 @@ def _load_native(src: Path, model_type: str) -> PreTrainedModel:
         )
     name = named[0] if named else next(iter(arch.heads))
     # init_kwargs: a BertModel is built without the pooler hf_vanilla would drop (nothing is randomly initialised).
-    return getattr(transformers, name).from_pretrained(
-        src, config=config, local_files_only=True, dtype="auto", **arch.heads[name].init_kwargs
+    return load_complete(
+        getattr(transformers, name), src, config=config, local_files_only=True, dtype="auto",
+        **arch.heads[name].init_kwargs,
     )
 
 
@@ -1048,7 +1051,7 @@ def _load_vanilla(src: Path) -> VanillaPreTrainedModel:
     default = {"encoder": "VanillaForMaskedLM", "decoder": "VanillaForCausalLM",
                "encoder-decoder": "VanillaForSeq2SeqLM"}[config.architecture]
     name = next((n for n in (config.architectures or []) if hasattr(modeling_vanilla, n)), default)
-    return getattr(modeling_vanilla, name).from_pretrained(src, config=config, local_files_only=True, dtype="auto")
+    return load_complete(getattr(modeling_vanilla, name), src, config=config, local_files_only=True, dtype="auto")
 
 
 def _copy_side_files(src: Path, out: Path) -> list[str]:
@@ -1088,7 +1091,7 @@ def convert_checkpoint(
         raise FileExistsError(f"{out} is not empty; choose a new directory or pass overwrite=True (--overwrite).")
     source = _load_vanilla(src) if is_vanilla else _load_native(src, model_type)
     target = to_hf(source) if is_vanilla else from_hf(source)
-    target.save_pretrained(out)
+    save_pretrained_atomic(target, out)
     return ConversionReport(type(source).__name__, type(target).__name__, out, _copy_side_files(src, out))
 
 

@@ -2,7 +2,7 @@
 
 A pushed repo loads anywhere with ``trust_remote_code=True``, without hf_vanilla installed: ``config.json``
 carries ``auto_map`` and the code files (``configuration_vanilla.py``, ``modeling_vanilla.py``,
-``positional.py``, ``linear.py``) travel with the weights. ``model.push_to_hub(...)`` (transformers' own) does this for a
+``positional.py``) travel with the weights. ``model.push_to_hub(...)`` (transformers' own) does this for a
 model alone; :func:`push_run` shares a whole run directory (see :mod:`hf_vanilla.train`): weights, config,
 code, tokenizer, generation config, ``run.json`` / ``metrics.json`` / ``curves.png`` and the model card.
 
@@ -241,7 +241,7 @@ def _commit(
 ) -> Any:
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
-    from .modeling_vanilla import is_checkpoint_file
+    from .checkpoint import is_model_file
 
     created = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
     if created != repo_id:  # "name" became "user/name": the card names the repo, so it names the full id
@@ -259,7 +259,7 @@ def _commit(
     stale = [
         name
         for name in api.list_repo_files(repo_id, revision=head)
-        if is_checkpoint_file(name) and name not in adds
+        if is_model_file(name) and name not in adds
     ]
     commit = api.create_commit(
         repo_id,

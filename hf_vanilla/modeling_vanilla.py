@@ -10,13 +10,8 @@ This file travels to the Hub with the model: it imports only torch, transformers
 
 from __future__ import annotations
 
-import ctypes
 import math
-import os
-import shutil
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -41,11 +36,11 @@ from transformers.modeling_outputs import (
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple
+from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla import HEAD_FAMILIES, VanillaConfig, flash_refusal
-from .linear import Linear
 from .positional import (
     NO_POSITIONAL_INPUTS,
     PositionalAttentionInputs,
@@ -60,7 +55,11 @@ from .positional import (
 
 
 class VanillaRMSNorm(nn.Module):
-    """Root-mean-square norm (Zhang & Sennrich): no centring, no bias; accumulated in float32."""
+    """Root-mean-square norm (Zhang & Sennrich): no centring, no bias.
+
+    Rounds where Llama's and T5's norms do: normalised in float32, cast back to the input's dtype, then scaled by
+    the weight, so a converted checkpoint computes the same bfloat16 numbers as its source.
+    """
 
     def __init__(self, hidden_size: int, eps: float):
         super().__init__()
@@ -68,9 +67,9 @@ class VanillaRMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        # torch's fused kernel: one pass instead of five element-wise ones (x^2, mean, rsqrt, two products).
-        weight = self.weight.to(hidden_states.dtype)  # the kernel needs matching dtypes (else a slow fallback)
-        return nn.functional.rms_norm(hidden_states, self.weight.shape, weight, self.eps)
+        # torch's fused kernel normalises in one pass instead of four element-wise ones (x^2, mean, rsqrt, product).
+        normalized = nn.functional.rms_norm(hidden_states.float(), self.weight.shape, None, self.eps)
+        return self.weight * normalized.to(hidden_states.dtype)
 
 
 class VanillaLayerNorm(nn.LayerNorm):
@@ -92,16 +91,26 @@ def active_dropout(dropout: nn.Dropout, states: torch.Tensor) -> torch.Tensor:
     return dropout(states) if dropout.training and dropout.p > 0 else states
 
 
-#: Activations that transformers writes out in Python (about nine element-wise passes forward, more backward)
-#: whose formula torch's tanh-approximated GELU computes in one kernel.
-FUSED_ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
-    "gelu_new": lambda: nn.GELU(approximate="tanh"),  # GPT-2's 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))
-    "gelu_fast": lambda: nn.GELU(approximate="tanh"),  # the same polynomial, factored differently
-}
+class FusedTanhGELU(nn.Module):
+    """GPT-2's ``gelu_new`` (and ``gelu_fast``, the same polynomial), 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))).
+
+    transformers writes it out in Python: about nine element-wise passes forward, more backward. In float32
+    torch's tanh-approximated GELU computes the same function (to float32 rounding) in one kernel; in lower
+    precision the native module runs, so a converted checkpoint rounds where its source does.
+    """
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.native = ACT2FN[name]
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if hidden_states.dtype == torch.float32:
+            return nn.functional.gelu(hidden_states, approximate="tanh")
+        return self.native(hidden_states)
 
 
 def build_activation(name: str) -> nn.Module:
-    return FUSED_ACTIVATIONS[name]() if name in FUSED_ACTIVATIONS else ACT2FN[name]
+    return FusedTanhGELU(name) if name in ("gelu_new", "gelu_fast") else ACT2FN[name]
 
 
 class VanillaFeedForward(nn.Module):
@@ -110,9 +119,9 @@ class VanillaFeedForward(nn.Module):
     def __init__(self, config: VanillaConfig):
         super().__init__()
         width, hidden = config.intermediate_size, config.hidden_size
-        self.gate_proj = Linear(hidden, width, bias=config.mlp_bias) if config.gated_ffn else None
-        self.up_proj = Linear(hidden, width, bias=config.mlp_bias)
-        self.down_proj = Linear(width, hidden, bias=config.mlp_bias)
+        self.gate_proj = nn.Linear(hidden, width, bias=config.mlp_bias) if config.gated_ffn else None
+        self.up_proj = nn.Linear(hidden, width, bias=config.mlp_bias)
+        self.down_proj = nn.Linear(width, hidden, bias=config.mlp_bias)
         self.act_fn = build_activation(config.hidden_act)
         self.dropout = nn.Dropout(config.activation_dropout)
 
@@ -162,9 +171,11 @@ def eager_attention_forward(
     """softmax(Q K^T * scaling + bias + mask) V, written out: the reference every backend must match."""
     key = repeat_kv(key, module.num_key_value_groups)
     value = repeat_kv(value, module.num_key_value_groups)
-    # The scaling goes on the (seq, head_dim) queries and the bias and mask are added in place, so a single
-    # (seq, seq) score tensor exists before the softmax, not three (matmul's backward needs only its inputs).
-    scores = torch.matmul(query * scaling if scaling != 1.0 else query, key.transpose(2, 3))
+    # Scaled after the product, as transformers' eager attention does (the same bfloat16 roundings), and in place
+    # like the bias and mask: one (seq, seq) score tensor exists before the softmax, not three.
+    scores = torch.matmul(query, key.transpose(2, 3))
+    if scaling != 1.0:
+        scores *= scaling
     if position_bias is not None:
         scores += position_bias
     if attention_mask is not None:
@@ -177,56 +188,6 @@ def eager_attention_forward(
     weights = nn.functional.dropout(weights, p=dropout, training=module.training)
     output = torch.matmul(weights, value).transpose(1, 2).contiguous()
     return output, weights
-
-
-#: ATen's grain: element-wise work below this many elements runs on the calling thread.
-INLINE_ELEMENTS = 32768
-
-
-def single_token_attention(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float,
-    dropout: float = 0.0,
-    position_bias: torch.Tensor | None = None,
-    **kwargs,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(q K^T) V for one new token over a short cache, as element-wise products and sums.
-
-    Such a decoding step is microseconds of work. SDPA's CPU kernel (like bmm, softmax and MKL's exp) hands
-    it to the thread pool all the same, and waking the pool costs more than the work -- milliseconds when
-    other processes hold the cores. Element-wise ops this small stay on the calling thread; exp2 stands in
-    for exp, which MKL threads. Each key/value head serves its group of query heads without being repeated.
-    Masks come in SDPA's format (boolean, True = attend) or additive.
-    """
-    batch, heads, _, dim = query.shape
-    kv_heads, length = key.shape[1], key.shape[2]
-    grouped = query.reshape(batch, kv_heads, heads // kv_heads, 1, dim)
-    scores = ((grouped * key[:, :, None]).sum(-1) * scaling).view(batch, heads, 1, length)
-    if position_bias is not None:
-        scores = scores + position_bias
-    if attention_mask is not None:
-        attention_mask = attention_mask[..., :length]
-        if attention_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
-        else:
-            scores = scores + attention_mask
-    scores = scores.float() if scores.dtype != torch.float32 else scores
-    weights = torch.exp2((scores - scores.amax(-1, keepdim=True)) * math.log2(math.e))
-    weights = (weights / weights.sum(-1, keepdim=True)).to(query.dtype)
-    if dropout:
-        weights = nn.functional.dropout(weights, p=dropout, training=module.training)
-    output = (weights.view(batch, kv_heads, -1, length, 1) * value[:, :, None]).sum(-2)
-    return output.reshape(batch, 1, heads, dim), weights
-
-
-def use_single_token_attention(query: torch.Tensor, key: torch.Tensor) -> bool:
-    """One query token on CPU, and the whole product small enough to run inline."""
-    batch, heads, query_length, dim = query.shape
-    return query_length == 1 and query.device.type == "cpu" and batch * heads * key.shape[2] * dim <= INLINE_ELEMENTS
 
 
 class VanillaAttention(nn.Module):
@@ -245,10 +206,10 @@ class VanillaAttention(nn.Module):
         self.scaling = config.attention_scale if config.attention_scale is not None else self.head_dim**-0.5
         self.attention_dropout = config.attention_dropout
         bias = config.attention_bias
-        self.q_proj = Linear(config.hidden_size, self.num_heads * self.head_dim, bias=bias)
-        self.k_proj = Linear(config.hidden_size, self.num_key_value_heads * self.head_dim, bias=bias)
-        self.v_proj = Linear(config.hidden_size, self.num_key_value_heads * self.head_dim, bias=bias)
-        self.o_proj = Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
+        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(config.hidden_size, self.num_key_value_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(config.hidden_size, self.num_key_value_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
 
     def _split_heads(self, states: torch.Tensor) -> torch.Tensor:
         return states.view(*states.shape[:-1], -1, self.head_dim).transpose(1, 2)
@@ -279,6 +240,7 @@ class VanillaAttention(nn.Module):
             key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
         return query, key, value
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -295,8 +257,6 @@ class VanillaAttention(nn.Module):
 
         implementation = self.config._attn_implementation
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
-        if implementation == "sdpa" and use_single_token_attention(query, key):
-            attention_interface = single_token_attention  # the same math, without a thread-pool round trip
         if positional.bias is not None:
             kwargs["position_bias"] = positional.bias
         output, weights = attention_interface(
@@ -350,6 +310,7 @@ class VanillaBlock(GradientCheckpointingLayer):
         self.mlp = VanillaFeedForward(config)
         self.mlp_step = ResidualStep(config)
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -387,8 +348,8 @@ class VanillaTokenEmbedding(nn.Embedding):
         self.scale = math.sqrt(config.hidden_size) if config.scale_embedding else 1.0
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        if not torch.compiler.is_compiling() and input_ids.numel():
-            # One reduction and one device sync for both bounds (the check runs on every forward).
+        if input_ids.device.type == "cpu" and not torch.compiler.is_compiling() and input_ids.numel():
+            # Free on CPU (no device sync); on accelerators the embedding kernel's own bounds check reports it.
             low, high = torch.stack(torch.aminmax(input_ids)).tolist()
             if low < 0 or high >= self.num_embeddings:
                 raise ValueError(
@@ -424,6 +385,8 @@ class VanillaPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _can_compile_fullgraph = True
     _supports_attention_backend = True
+    # BERT-shaped checkpoints carry a pooler that only the sequence classifier uses (as BertForMaskedLM drops it).
+    _keys_to_ignore_on_load_unexpected = [r"^pooler\."]
 
     def __init__(self, config: VanillaConfig, *args, **kwargs):
         family_heads = HEAD_FAMILIES.get(type(self).__name__)
@@ -432,107 +395,14 @@ class VanillaPreTrainedModel(PreTrainedModel):
                 f"{type(self).__name__} does not fit architecture={config.architecture!r}; it needs "
                 f"{' or '.join(map(repr, family_heads))}. Build the config with a matching `architecture`."
             )
+        # from_pretrained / from_config set the requested backend on the config before building the model.
+        refuse_flash_with_bias(config, config._attn_implementation)
         super().__init__(config, *args, **kwargs)
 
-    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
-        """As transformers' ``save_pretrained``, but atomic: the checkpoint is written beside the target and
-        swapped in whole, so a save killed mid-way (or failing on a full disk) leaves the previous checkpoint
-        intact. Files already in the directory that this save does not write (tokenizer, trainer state,
-        subfolders) are kept. With ``push_to_hub=True`` the upload starts once the new checkpoint is in place.
-        """
-        if not kwargs.get("is_main_process", True):  # other ranks write nothing
-            return super().save_pretrained(save_directory, *args, **kwargs)
-        target = Path(save_directory).resolve()  # "." has no parent to stage beside
-        if target.is_file():
-            raise ValueError(f"save_pretrained needs a directory, but {target} is a file.")
-        if kwargs.get("push_to_hub"):
-            kwargs.setdefault("repo_id", target.name)  # named after the target, not the staging folder
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.saving-", dir=target.parent))
-        # transformers uploads from the folder it saved into before returning; hold that upload back until the
-        # checkpoint is in place, so a failed push never discards the local save and the Hub never gets ahead of it.
-        held_upload: dict = {}
-        try:
-            self._held_upload = held_upload
-            try:
-                super().save_pretrained(staging, *args, **kwargs)
-            finally:
-                del self._held_upload
-            written = {path.name for path in staging.iterdir()}
-            if not target.exists():
-                os.replace(staging, target)
-            elif target == Path.cwd() or target in Path.cwd().parents:
-                # A process cannot swap away the directory it stands in: replace file by file (each atomic).
-                for stale in target.iterdir():
-                    if is_checkpoint_file(stale.name) and stale.name not in written:
-                        stale.unlink()
-                for item in staging.iterdir():
-                    os.replace(item, target / item.name)
-            else:
-                for kept in target.iterdir():
-                    if kept.name not in written and not is_checkpoint_file(kept.name):
-                        link_or_copy(kept, staging / kept.name)
-                swap_directories(staging, target)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        if held_upload:
-            # Upload what this save wrote (README.md included), as transformers does; kept neighbours stay local.
-            not_written = {path.name: math.inf for path in target.iterdir() if path.name not in written}
-            self._upload_modified_files(target, held_upload.pop("repo_id"), not_written, **held_upload)
-        return None
-
-    def _upload_modified_files(self, working_dir, repo_id, files_timestamps, **kwargs):
-        held_upload = getattr(self, "_held_upload", None)
-        if held_upload is not None:  # inside save_pretrained: it uploads once the swap is done
-            held_upload.update(repo_id=repo_id, **kwargs)
-            return None
-        return super()._upload_modified_files(working_dir, repo_id, files_timestamps, **kwargs)
-
-    @classmethod
-    def from_pretrained(cls, *args, **kwargs):
-        """As transformers' ``from_pretrained``, but a checkpoint that lacks backbone weights (or carries backbone
-        weights this model does not have) is an error, never a silently random model.
-
-        A task head missing from the checkpoint (e.g. a new classifier on a pretrained encoder) is still
-        initialised fresh, as in transformers, because it is expected to be trained.
-        """
-        want_info = kwargs.pop("output_loading_info", False)
-        source = args[0] if args else kwargs.get("pretrained_model_name_or_path")
-        try:
-            model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
-        except Exception as error:
-            if type(error).__name__ != "SafetensorError":
-                raise
-            weights = sorted(Path(source).glob("*.safetensors")) if source and Path(source).is_dir() else []
-            raise OSError(
-                f"Cannot read the weights in {', '.join(map(str, weights)) or source}: {error}. The file is truncated "
-                "or corrupted (an interrupted download or copy?); fetch or save the checkpoint again."
-            ) from error
-        prefix = f"{cls.base_model_prefix}."
-        has_head = any(name.startswith(prefix) for name, _ in model.named_parameters())
-
-        def in_backbone(name: str) -> bool:
-            return name.startswith(prefix) or not has_head
-
-        missing = sorted(k for k in info.get("missing_keys", ()) if in_backbone(k))
-        unexpected = sorted(k for k in info.get("unexpected_keys", ()) if in_backbone(k))
-        if missing or unexpected:
-            raise ValueError(
-                f"The checkpoint at {source} does not match {cls.__name__} built from its config.json: "
-                f"missing weights {missing[:8]}{' ...' if len(missing) > 8 else ''}, unexpected weights "
-                f"{unexpected[:8]}{' ...' if len(unexpected) > 8 else ''}. It was saved by a different architecture "
-                "or its config.json was edited; loading it would leave those weights random."
-            )
-        return (model, info) if want_info else model
-
-    def _check_and_adjust_attn_implementation(
-        self, attn_implementation: str | None, is_init_check: bool = False, allow_all_kernels: bool = False
-    ) -> str:
-        # Refuse before transformers looks for the kernel: the scheme, not the install, is the real obstacle.
-        scheme = self.config.position_embedding_type
-        if attn_implementation and "flash" in attn_implementation and scheme in ("alibi", "relative"):
-            raise ValueError(flash_refusal(scheme, attn_implementation))
-        return super()._check_and_adjust_attn_implementation(attn_implementation, is_init_check, allow_all_kernels)
+    def set_attn_implementation(self, attn_implementation: str | dict, allow_all_kernels: bool = False):
+        requested = attn_implementation.get("") if isinstance(attn_implementation, dict) else attn_implementation
+        refuse_flash_with_bias(self.config, requested)
+        return super().set_attn_implementation(attn_implementation, allow_all_kernels=allow_all_kernels)
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
@@ -543,41 +413,12 @@ class VanillaPreTrainedModel(PreTrainedModel):
                 init.zeros_(module.lm_head.bias)
 
 
-def is_checkpoint_file(name: str) -> bool:
-    """Files a save_pretrained writes or supersedes: stale shards of an older save must not survive it."""
-    return (
-        name in ("config.json", "generation_config.json")
-        or (name.startswith("model") and (name.endswith(".safetensors") or name.endswith(".index.json")))
-        or name.startswith("pytorch_model")
-    )
-
-
-def link_or_copy(source: Path, destination: Path) -> None:
-    """Hard links make keeping large neighbours (trainer checkpoints) cheap; copies where links cannot be made."""
-    source, destination = Path(source), Path(destination)  # copytree passes strings
-    if source.is_dir():
-        shutil.copytree(source, destination, copy_function=link_or_copy)
-        return
-    try:
-        os.link(source, destination)
-    except OSError:
-        shutil.copy2(source, destination)
-
-
-def swap_directories(new: Path, target: Path) -> None:
-    """Put ``new`` in place of ``target``; afterwards ``new`` holds the old contents (for deletion).
-
-    Linux exchanges the two atomically (renameat2 RENAME_EXCHANGE): no instant exists without a complete
-    checkpoint at ``target``. Elsewhere two renames, with the old checkpoint kept until the new one is in place.
-    """
-    rename_exchange, at_fdcwd = 2, -100
-    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
-    if renameat2 is not None and renameat2(at_fdcwd, bytes(new), at_fdcwd, bytes(target), rename_exchange) == 0:
-        return
-    backup = new.with_name(new.name + ".old")
-    os.replace(target, backup)
-    os.replace(new, target)
-    os.replace(backup, new)
+def refuse_flash_with_bias(config: VanillaConfig, implementation: str | None) -> None:
+    """FlashAttention takes no additive bias: say so before transformers looks for the kernel (the scheme, not the
+    install, is the obstacle)."""
+    scheme = config.position_embedding_type
+    if implementation and "flash" in implementation and scheme in ("alibi", "relative"):
+        raise ValueError(flash_refusal(scheme, implementation))
 
 
 def reset_positional_buffers(scheme: PositionalScheme) -> None:
@@ -707,6 +548,7 @@ class VanillaDecoder(VanillaStack):
         "cross_attentions": OutputRecorder(VanillaAttention, index=1, layer_name="cross_attn"),
     }
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @merge_with_config_defaults
     @capture_outputs
     def forward(
@@ -789,8 +631,6 @@ class VanillaModel(VanillaPreTrainedModel):
     * ``encoder-decoder``: ``(input_ids, attention_mask, decoder_input_ids, ...)`` -> :class:`Seq2SeqModelOutput`
     """
 
-    _keys_to_ignore_on_load_unexpected = None
-
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
         self.embed_tokens = VanillaTokenEmbedding(config)
@@ -819,6 +659,7 @@ class VanillaModel(VanillaPreTrainedModel):
     def get_decoder(self):
         return self.decoder if self.decoder is not None else self
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @can_return_tuple
     def forward(
         self,
@@ -918,12 +759,12 @@ class VanillaLMHeadMixin:
     def _build_lm_head(self, config: VanillaConfig) -> None:
         self.lm_head_transform = (
             nn.Sequential(
-                Linear(config.hidden_size, config.hidden_size), build_activation(config.hidden_act), build_norm(config)
+                nn.Linear(config.hidden_size, config.hidden_size), build_activation(config.hidden_act), build_norm(config)
             )
             if config.lm_head_transform
             else None
         )
-        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=config.lm_head_bias)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=config.lm_head_bias)
 
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
@@ -961,6 +802,7 @@ class VanillaForCausalLM(VanillaLMHeadMixin, VanillaPreTrainedModel, GenerationM
         self._build_lm_head(config)
         self.post_init()
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @can_return_tuple
     def forward(
         self,
@@ -1049,6 +891,7 @@ class VanillaForSeq2SeqLM(VanillaLMHeadMixin, VanillaPreTrainedModel, Generation
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @can_return_tuple
     def forward(
         self,
@@ -1107,7 +950,7 @@ class VanillaPooler(nn.Module):
         super().__init__()
         self.strategy = config.classifier_pooling
         self.pad_token_id = config.pad_token_id
-        self.dense = Linear(config.hidden_size, config.hidden_size) if config.pooler else None
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size) if config.pooler else None
 
     def forward(
         self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, input_ids: torch.Tensor | None
@@ -1158,7 +1001,7 @@ class VanillaForSequenceClassification(VanillaUnderstandingHead):
         self.pooler = VanillaPooler(config)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout
         self.dropout = nn.Dropout(dropout)
-        self.score = Linear(config.hidden_size, config.num_labels)
+        self.score = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
     @can_return_tuple
@@ -1192,7 +1035,7 @@ class VanillaForTokenClassification(VanillaUnderstandingHead):
         self.model = VanillaModel(config)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout
         self.dropout = nn.Dropout(dropout)
-        self.score = Linear(config.hidden_size, config.num_labels)
+        self.score = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
     @can_return_tuple
@@ -1222,7 +1065,7 @@ class VanillaForQuestionAnswering(VanillaUnderstandingHead):
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
         self.model = VanillaModel(config)
-        self.qa_outputs = Linear(config.hidden_size, 2)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
     @can_return_tuple

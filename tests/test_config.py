@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 
 import hf_vanilla as hv
 from hf_vanilla.configuration_vanilla import PRESETS
@@ -45,6 +46,16 @@ def test_flash_attention_is_refused_for_bias_schemes(scheme):
     model = hv.VanillaForCausalLM(tiny_config("decoder", scheme))
     with pytest.raises(ValueError, match="no additive attention bias"):
         model.set_attn_implementation("flash_attention_2")
+    with pytest.raises(ValueError, match="no additive attention bias"):
+        AutoModelForCausalLM.from_config(tiny_config("decoder", scheme), attn_implementation="flash_attention_3")
+
+
+@pytest.mark.parametrize("scheme", ["alibi", "relative"])
+def test_flash_attention_is_refused_when_loading(scheme, tmp_path):
+    """The scheme, not a missing flash-attn install, is named as the obstacle."""
+    hv.VanillaForCausalLM(tiny_config("decoder", scheme)).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=rf"flash_attention_2.*{scheme}.*no additive attention bias"):
+        AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation="flash_attention_2")
 
 
 def test_family_flags_are_derived_from_architecture():

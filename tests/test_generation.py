@@ -96,3 +96,35 @@ def test_explicit_static_cache_object():
     reference = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=5, do_sample=False,
                                eos_token_id=None, use_cache=False)
     torch.testing.assert_close(out, reference, rtol=0, atol=0)
+
+
+def cached_step_inputs(model, family: str, cache_keyword: str) -> tuple[dict, dict]:
+    """A prompt run that fills a fresh cache, and the next step's inputs handing that cache over as ``cache_keyword``."""
+    ids = padded_batch(batch=2, length=8, seed=3)[0]
+    with torch.no_grad():
+        if family == "encoder-decoder":
+            cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+            model(input_ids=ids, decoder_input_ids=ids[:, :5], cache=cache, use_cache=True)
+            step = dict(input_ids=ids, decoder_input_ids=ids[:, 5:6])
+        else:
+            cache = DynamicCache()
+            model(input_ids=ids[:, :5], cache=cache, use_cache=True)
+            step = dict(input_ids=ids[:, 5:6], attention_mask=torch.ones_like(ids[:, :6]))
+    return step, {cache_keyword: cache, "use_cache": True}
+
+
+@pytest.mark.parametrize("family", GENERATING)
+def test_past_key_values_is_a_deprecated_alias_of_cache(family):
+    """As in the 5.24 built-ins: the old keyword warns and is used as `cache`, never dropped into **kwargs."""
+    model = tiny_model(family, "rope")
+    step, new = cached_step_inputs(model, family, "cache")
+    with torch.no_grad():
+        expected = model(**step, **new).logits
+    step, old = cached_step_inputs(model, family, "past_key_values")
+    with pytest.warns(FutureWarning, match="`past_key_values` is deprecated .* Use `cache` instead"), torch.no_grad():
+        logits = model(**step, **old).logits
+    torch.testing.assert_close(logits, expected, rtol=0, atol=0)
+    assert old["past_key_values"].get_seq_length() == 6  # the step extended the cache it was given
+    with pytest.warns(FutureWarning, match="`past_key_values` is deprecated"), torch.no_grad():
+        base = model.model(**step, **cached_step_inputs(model, family, "past_key_values")[1])  # the bare model too
+    torch.testing.assert_close(model._logits(base.last_hidden_state), expected, rtol=0, atol=0)

@@ -1,7 +1,7 @@
 """Sharing on the Hub, against the local Hub server (tests/hub_server.py) and the real huggingface_hub client.
 
 ``push_run`` / ``hf-vanilla push`` upload a training run in one commit; ``push_to_hub`` (transformers' own,
-through our atomic ``save_pretrained``) shares a model alone. What was pushed loads in a fresh process where
+through transformers' ``save_pretrained``) shares a model alone. What was pushed loads in a fresh process where
 hf_vanilla cannot be imported, through ``trust_remote_code``, with bitwise-identical outputs. A refused token,
 an upload cut off mid-way and a push killed mid-way leave the repo exactly as it was.
 """
@@ -39,7 +39,7 @@ TEXTS = ["the king", "thou queen of the night speak"]
 # Files of a training run that are shared: the model and its code, tokenizer, run record, curves and card.
 SHARED_RUN_FILES = [
     ".gitattributes", "README.md", "config.json", "configuration_vanilla.py", "curves.png",
-    "generation_config.json", "linear.py", "metrics.json", "model.safetensors", "modeling_vanilla.py",
+    "generation_config.json", "metrics.json", "model.safetensors", "modeling_vanilla.py",
     "positional.py", "run.json", "tokenizer.json", "tokenizer_config.json", "trainer_state.json",
 ]  # fmt: skip
 
@@ -261,7 +261,7 @@ def test_push_run_shares_a_training_run_in_one_commit_and_it_loads_without_hf_va
     assert out.count("VanillaForCausalLM transformers_modules.") == 3
 
 
-def test_push_to_hub_on_models_and_tokenizers_goes_through_the_atomic_save(
+def test_push_to_hub_on_models_and_tokenizers_as_transformers_does_it(
     hub_server: HubFixture, tmp_path: Path
 ) -> None:
     api = HfApi()
@@ -284,7 +284,6 @@ def test_push_to_hub_on_models_and_tokenizers_goes_through_the_atomic_save(
         "modeling_vanilla.py",
         "configuration_vanilla.py",
         "positional.py",
-        "linear.py",
         "tokenizer.json",
         "tokenizer_config.json",
         "README.md",
@@ -292,15 +291,15 @@ def test_push_to_hub_on_models_and_tokenizers_goes_through_the_atomic_save(
         assert name in files, name
     assert json.loads(hub_server.server.files_at(repo_id)["config.json"])["auto_map"]["AutoModelForSeq2SeqLM"]
 
-    # save_pretrained(push_to_hub=True) names the repo after the folder (not the staging folder it writes
-    # into), keeps the folder's other files, and uploads exactly what this save wrote.
+    # save_pretrained(push_to_hub=True) names the repo after the folder, keeps the folder's other files, and
+    # uploads exactly what this save wrote.
     local = tmp_path / "tiny-decoder"
     local.mkdir()
     (local / "notes.txt").write_text("stays local\n")
     decoder = tiny_model("decoder", "rope", seed=2)
     decoder.save_pretrained(local, push_to_hub=True)
     decoder_repo = hub_server.repo_id("tiny-decoder")
-    assert (local / "notes.txt").is_file() and not list(tmp_path.glob(".tiny-decoder.saving-*"))
+    assert (local / "notes.txt").is_file()
     uploaded = set(api.list_repo_files(decoder_repo)) - {".gitattributes"}
     assert uploaded == {p.name for p in local.iterdir()} - {"notes.txt"}
     decoder_tokenizer = tiny_tokenizer("decoder")
@@ -354,14 +353,22 @@ def test_a_refused_token_is_a_clear_error_and_creates_nothing(
         push_run(trained_run, existing, token=hub_server.read_token)
     assert repo_state(hub_server, existing) == before
 
-    # transformers' push creates the repo before writing anything: a bad token leaves no repo, no folder.
+    # transformers' push creates the repo before writing any weights: a bad token leaves no repo, and the local
+    # folder exactly as a built-in model leaves it.
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     model = tiny_model("decoder")
     with pytest.raises(HfHubHTTPError) as refused:
         model.push_to_hub(repo_id, token=hub_server.bad_token)
     assert refused.value.response.status_code == 401
-    with pytest.raises(HfHubHTTPError):
-        model.save_pretrained(tmp_path / "never-created", push_to_hub=True, token=hub_server.bad_token)
-    assert not api.repo_exists(repo_id) and not (tmp_path / "never-created").exists()
+    builtin = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                                           num_attention_heads=2))
+    for name, saved in (("ours", model), ("builtin", builtin)):
+        with pytest.raises(HfHubHTTPError):
+            saved.save_pretrained(tmp_path / name / "never-created", push_to_hub=True, token=hub_server.bad_token)
+    assert not api.repo_exists(repo_id)
+    leftovers = {name: sorted(p.name for p in (tmp_path / name).rglob("*")) for name in ("ours", "builtin")}
+    assert leftovers["ours"] == leftovers["builtin"]
 
 
 def test_loading_a_missing_repo_or_revision_fails_clearly(hub_server: HubFixture) -> None:
@@ -404,8 +411,8 @@ def test_an_upload_cut_off_midway_commits_nothing_and_keeps_the_local_save(
     )
     assert repo_state(hub_server, repo_id) == before
 
-    # transformers' push through our atomic save: the upload fails after the swap, so the new checkpoint is
-    # on disk (complete and loadable) while the repo has not moved.
+    # transformers' push saves first and uploads after: the upload fails, the new checkpoint is on disk
+    # (complete and loadable) and the repo has not moved.
     model = tiny_model("decoder", seed=4)
     local = tmp_path / "local-save"
     with pytest.raises(RuntimeError, match="Error while uploading"):

@@ -10,8 +10,11 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from safetensors.torch import load_file, save_file
 
 import hf_vanilla as hv
+from hf_vanilla.checkpoint import load_complete, save_pretrained_atomic
+from hf_vanilla.convert import convert_checkpoint
 from tests.factories import (
     BACKENDS,
     FAMILIES,
@@ -118,12 +121,18 @@ def test_fully_padded_rows_stay_finite(family, backend, dtype):
     assert torch.isfinite(logits).all()
 
 
+# transformers passes safetensors' message on without the file name ("incomplete metadata, file not fully
+# covered"), for built-ins too; the package's tools load through checkpoint.load_complete, which names it.
+
+
 def test_truncated_safetensors_names_the_file(tmp_path):
     tiny_model("decoder").save_pretrained(tmp_path)
     weights = tmp_path / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-200])
     with pytest.raises(OSError, match=r"Cannot read the weights in .*model.safetensors: .*truncated or corrupted"):
-        hv.VanillaForCausalLM.from_pretrained(tmp_path)
+        load_complete(hv.VanillaForCausalLM, tmp_path)
+    with pytest.raises(OSError, match=r"Cannot read the weights in .*model.safetensors"):
+        convert_checkpoint(tmp_path, tmp_path / "out")
 
 
 def test_corrupted_safetensors_header_names_the_file(tmp_path):
@@ -133,7 +142,20 @@ def test_corrupted_safetensors_header_names_the_file(tmp_path):
     data[8:20] = b"not a header"
     weights.write_bytes(bytes(data))
     with pytest.raises(OSError, match=r"Cannot read the weights in .*model.safetensors"):
-        hv.VanillaForCausalLM.from_pretrained(tmp_path)
+        load_complete(hv.VanillaForCausalLM, tmp_path)
+
+
+def test_the_packages_loader_refuses_missing_weights_naming_them(tmp_path):
+    """transformers initialises missing weights at random (with a warning); convert must not pass them on."""
+    tiny_model("decoder", "learned").save_pretrained(tmp_path)
+    weights = load_file(tmp_path / "model.safetensors")
+    del weights["model.decoder.layers.1.mlp.up_proj.weight"]
+    save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"lacks weights .*\['model.decoder.layers.1.mlp.up_proj.weight'\]"):
+        load_complete(hv.VanillaForCausalLM, tmp_path)
+    with pytest.raises(ValueError, match=r"model.decoder.layers.1.mlp.up_proj.weight"):
+        convert_checkpoint(tmp_path, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_config_with_unknown_or_missing_keys(tmp_path):
@@ -158,6 +180,7 @@ def test_checkpoint_of_another_architecture_is_refused(tmp_path):
 
 
 def test_save_killed_midway_leaves_previous_checkpoint_intact(tmp_path):
+    """The package's atomic save (checkpoint.save_pretrained_atomic); model.save_pretrained is transformers' own."""
     model = tiny_model("decoder", "rope")
     model.save_pretrained(tmp_path / "ckpt")
     (tmp_path / "ckpt" / "tokenizer.json").write_text("{}")  # a neighbour the save must keep
@@ -172,7 +195,8 @@ def test_save_killed_midway_leaves_previous_checkpoint_intact(tmp_path):
                 handle.write(b"partial")
             os._exit(137)  # as abrupt as SIGKILL: no cleanup, no exception handlers
         mu.safe_save_file = dies_midway
-        tiny_model("decoder", "rope", seed=99).save_pretrained({str(tmp_path / "ckpt")!r})
+        from hf_vanilla.checkpoint import save_pretrained_atomic
+        save_pretrained_atomic(tiny_model("decoder", "rope", seed=99), {str(tmp_path / "ckpt")!r})
     """)
     result = subprocess.run([sys.executable, "-c", script], cwd=os.getcwd(), capture_output=True, text=True)
     assert result.returncode == 137, result.stderr[-2000:]
@@ -193,7 +217,7 @@ def test_save_failing_on_full_disk_reports_and_keeps_previous(tmp_path, monkeypa
 
     monkeypatch.setattr(mu, "safe_save_file", disk_full)
     with pytest.raises(OSError, match="No space left on device"):
-        tiny_model("decoder", seed=5).save_pretrained(tmp_path / "ckpt")
+        save_pretrained_atomic(tiny_model("decoder", seed=5), tmp_path / "ckpt")
     assert {p.name: p.read_bytes() for p in (tmp_path / "ckpt").iterdir()} == before
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]  # no staging folder left behind
 
@@ -218,7 +242,7 @@ def test_save_into_the_current_directory_keeps_subfolders(tmp_path, monkeypatch)
     (tmp_path / "checkpoint-1").mkdir()
     (tmp_path / "checkpoint-1" / "optimizer.state").write_text("kept")
     model = tiny_model("decoder")
-    model.save_pretrained(".")
+    save_pretrained_atomic(model, ".")
     assert (tmp_path / "checkpoint-1" / "optimizer.state").read_text() == "kept"
     reloaded = hv.VanillaForCausalLM.from_pretrained(".")
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reloaded.state_dict().values(), strict=True))

@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
 
 import hf_vanilla as hv
-from tests.factories import FAMILIES, model_inputs, padded_batch, tiny_model
+from tests.factories import FAMILIES, model_inputs, padded_batch, tiny_config, tiny_model
 
 AUTO_FOR_FAMILY = {"encoder": AutoModelForMaskedLM, "decoder": AutoModelForCausalLM,
                    "encoder-decoder": AutoModelForSeq2SeqLM}
@@ -75,24 +75,141 @@ def test_sharded_checkpoint_and_bfloat16(tmp_path):
     torch.testing.assert_close(logits, expected, rtol=0, atol=0)
 
 
-def test_missing_weights_are_an_error_not_random(tmp_path):
-    model = tiny_model("decoder", "learned")
-    model.save_pretrained(tmp_path)
-    weights = load_file(tmp_path / "model.safetensors")
-    del weights["model.decoder.layers.1.mlp.up_proj.weight"]
-    save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(ValueError, match=r"missing weights \['model.decoder.layers.1.mlp.up_proj.weight'\]"):
-        hv.VanillaForCausalLM.from_pretrained(tmp_path)
+# ----------------------------------------------------------------------------------------------
+# Loading follows transformers' contract: each case runs on a built-in model and on ours, and both must behave alike.
 
 
-def test_unexpected_weights_are_an_error(tmp_path):
-    model = tiny_model("decoder", "learned")
-    model.save_pretrained(tmp_path)
-    weights = load_file(tmp_path / "model.safetensors")
-    weights["model.decoder.layers.7.mlp.up_proj.weight"] = torch.zeros(2, 2)
-    save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(ValueError, match=r"unexpected weights \['model.decoder.layers.7.mlp.up_proj.weight'\]"):
-        AutoModelForCausalLM.from_pretrained(tmp_path)
+def builtin_pair(family: str):
+    """(head class, bare class, config) of a tiny built-in model of the family: BERT, Llama, BART."""
+    from transformers import (
+        BartConfig,
+        BartForConditionalGeneration,
+        BartModel,
+        BertConfig,
+        BertForSequenceClassification,
+        BertModel,
+        LlamaConfig,
+        LlamaForSequenceClassification,
+        LlamaModel,
+    )
+
+    sizes = dict(vocab_size=50, hidden_size=16, intermediate_size=32, num_attention_heads=2, num_hidden_layers=1)
+    if family == "encoder":
+        return BertForSequenceClassification, BertModel, BertConfig(**sizes)
+    if family == "decoder":
+        return LlamaForSequenceClassification, LlamaModel, LlamaConfig(**sizes, pad_token_id=0)
+    return BartForConditionalGeneration, BartModel, BartConfig(
+        vocab_size=50, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
+    )
+
+
+def our_pair(family: str):
+    head = hv.VanillaForSeq2SeqLM if family == "encoder-decoder" else hv.VanillaForSequenceClassification
+    return head, hv.VanillaModel, tiny_config(family, "learned", pooler=family == "encoder")
+
+
+def pairs(family: str) -> dict:
+    return {"builtin": builtin_pair(family), "ours": our_pair(family)}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_bare_model_loads_the_backbone_of_a_head_checkpoint(family, tmp_path):
+    """BertModel loads the backbone of a fine-tuned BertForSequenceClassification; VanillaModel does too."""
+    for name, (head_class, bare_class, config) in pairs(family).items():
+        torch.manual_seed(0)
+        head = head_class(config)
+        head.save_pretrained(tmp_path / name)
+        bare, info = bare_class.from_pretrained(tmp_path / name, output_loading_info=True)
+        prefix = f"{head.base_model_prefix}."
+        head_only = {key for key in head.state_dict() if not key.startswith(prefix)}
+        assert type(bare) is bare_class and info["missing_keys"] == set() and info["mismatched_keys"] == set(), name
+        assert info["unexpected_keys"] <= head_only, name  # only the head's weights are left out
+        backbone = {key.removeprefix(prefix): value for key, value in head.state_dict().items() if key.startswith(prefix)}
+        for key, value in bare.state_dict().items():
+            torch.testing.assert_close(value, backbone[key], rtol=0, atol=0, msg=f"{name}: {key}")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_from_pretrained_without_a_checkpoint_takes_config_and_state_dict(family):
+    for name, (head_class, _, config) in pairs(family).items():
+        torch.manual_seed(0)
+        reference = head_class(config)
+        empty, info = head_class.from_pretrained(None, config=config, state_dict={}, output_loading_info=True)
+        assert type(empty) is head_class, name
+        persistent = {key for key in reference.state_dict()}
+        assert info["missing_keys"] and info["missing_keys"] <= persistent and info["unexpected_keys"] == set(), name
+        loaded = head_class.from_pretrained(None, config=config, state_dict=reference.state_dict())
+        for key, value in reference.state_dict().items():
+            torch.testing.assert_close(loaded.state_dict()[key], value, rtol=0, atol=0, msg=f"{name}: {key}")
+
+
+def resized(config, family: str):
+    """A config whose task head no longer fits the checkpoint's: three labels instead of two, or a larger vocabulary."""
+    if family == "encoder-decoder":
+        return {"vocab_size": config.vocab_size + 7}
+    return {"num_labels": 3}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_ignore_mismatched_sizes_reinitialises_what_does_not_fit(family, tmp_path):
+    for name, (head_class, _, config) in pairs(family).items():
+        torch.manual_seed(0)
+        saved = head_class(config)
+        saved.save_pretrained(tmp_path / name)
+        with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):
+            head_class.from_pretrained(tmp_path / name, **resized(config, family))
+        model, info = head_class.from_pretrained(tmp_path / name, ignore_mismatched_sizes=True,
+                                                 output_loading_info=True, **resized(config, family))
+        mismatched = {key for key, *_ in info["mismatched_keys"]}
+        fresh = model.state_dict()
+        resized_keys = {key for key, value in saved.state_dict().items() if fresh[key].shape != value.shape}
+        assert mismatched and mismatched <= resized_keys, name  # tied copies are reported once, by their source
+        for key, value in saved.state_dict().items():
+            if key not in resized_keys:
+                torch.testing.assert_close(fresh[key], value, rtol=0, atol=0, msg=f"{name}: {key}")
+
+
+def transformers_warnings():
+    """Captures what transformers' loader logs (its load report is a warning on this logger)."""
+    from transformers.testing_utils import CaptureLogger
+    from transformers.utils import logging
+
+    return CaptureLogger(logging.get_logger("transformers.modeling_utils"))
+
+
+@pytest.mark.parametrize("edit", ["missing", "unexpected"])
+def test_a_checkpoint_that_does_not_fit_is_reported_with_the_folder_and_keys(edit, tmp_path):
+    """As for built-ins: a warning that names the folder and the weights, and the same keys in the loading info."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    models = {"builtin": LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=16, intermediate_size=32,
+                                                      num_attention_heads=2, num_hidden_layers=1)),
+              "ours": tiny_model("decoder", "learned")}
+    for name, model in models.items():
+        folder = tmp_path / name
+        model.save_pretrained(folder)
+        weights = load_file(folder / "model.safetensors")
+        key = next(k for k in weights if ".mlp.up_proj.weight" in k)
+        if edit == "missing":
+            del weights[key]
+        else:
+            key = key.replace("layers.0.", "layers.7.")
+            weights[key] = torch.zeros(2, 2)
+        save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+        with transformers_warnings() as report:
+            _, info = type(model).from_pretrained(folder, output_loading_info=True)
+        assert str(folder) in report.out and key.split(".layers.")[0] in report.out, name
+        assert edit.upper() in report.out and info[f"{edit}_keys"] == {key}, name
+
+
+def test_intended_drops_are_silent(tmp_path):
+    """A BERT-shaped checkpoint's pooler is only used by the sequence classifier: other heads drop it quietly."""
+    torch.manual_seed(0)
+    hv.VanillaForSequenceClassification(tiny_config("encoder", "learned", pooler=True)).save_pretrained(tmp_path)
+    model, info = hv.VanillaForMaskedLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert info["unexpected_keys"] == {"score.weight", "score.bias"}
 
 
 def test_new_head_on_pretrained_backbone_is_allowed(tmp_path):
@@ -111,7 +228,7 @@ def test_loads_with_trust_remote_code_without_the_package(tmp_path):
     model.save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["auto_map"]["AutoModelForSeq2SeqLM"] == "modeling_vanilla.VanillaForSeq2SeqLM"
-    assert {"modeling_vanilla.py", "configuration_vanilla.py", "positional.py", "linear.py"} <= set(os.listdir(tmp_path))
+    assert {"modeling_vanilla.py", "configuration_vanilla.py", "positional.py"} <= set(os.listdir(tmp_path))
     torch.save({"ids": ids, "mask": mask, "expected": expected}, tmp_path / "io.pt")
     script = textwrap.dedent(f"""
         import sys
