@@ -1,5 +1,6 @@
-"""Checkpoints: safetensors, tied weights stored once, exact reloads, strict about missing weights."""
+"""Checkpoints: safetensors, tied weights stored once, exact reloads, loading as transformers loads built-in models."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -170,12 +171,20 @@ def test_ignore_mismatched_sizes_reinitialises_what_does_not_fit(family, tmp_pat
                 torch.testing.assert_close(fresh[key], value, rtol=0, atol=0, msg=f"{name}: {key}")
 
 
+@contextlib.contextmanager
 def transformers_warnings():
-    """Captures what transformers' loader logs (its load report is a warning on this logger)."""
+    """Captures what transformers' loader logs (its load report is a warning on this logger), whatever verbosity
+    an earlier test left behind (bench silences transformers)."""
     from transformers.testing_utils import CaptureLogger
     from transformers.utils import logging
 
-    return CaptureLogger(logging.get_logger("transformers.modeling_utils"))
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity_warning()
+    try:
+        with CaptureLogger(logging.get_logger("transformers.modeling_utils")) as captured:
+            yield captured
+    finally:
+        logging.set_verbosity(verbosity)
 
 
 @pytest.mark.parametrize("edit", ["missing", "unexpected"])
