@@ -1,10 +1,8 @@
-"""Shared pytest set-up: the local Hub server fixture, and no network for any test."""
+"""Shared pytest set-up: no network for any test, hypothesis profiles."""
 
 import os
 
 from hypothesis import HealthCheck, settings
-
-from tests.hub_fixtures import hub_server  # noqa: F401  (a fixture: the local Hub API server)
 
 # Tests never reach the Hub: anything that tries fails at once instead of hanging.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
