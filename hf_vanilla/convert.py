@@ -107,7 +107,7 @@ _POOLING_FIELDS = ("pooler", "classifier_pooling")
 # Fields that change no computation of a trained model (ids, init, caching) or are settled elsewhere.
 _BOOKKEEPING = frozenset({
     "architecture", "initializer_range", "use_cache", "is_encoder_decoder", "is_decoder", "add_cross_attention",
-    "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
+    "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "native_config_extras",
 })
 # Fields that only matter while training: a mismatch is worth a warning, not a refusal.
 _SOFT = frozenset({"hidden_dropout", "attention_dropout", "activation_dropout", "classifier_dropout"})
@@ -115,6 +115,10 @@ _SOFT = frozenset({"hidden_dropout", "attention_dropout", "activation_dropout", 
 _GENERATION_FIELDS = ("forced_bos_token_id", "forced_eos_token_id")
 
 _NO_LM_HEAD = dict(lm_head_bias=False, lm_head_transform=False, lm_head_scale=1.0)
+# The VanillaConfig field keeping the native config's fields no table maps (a Llama's unk_token_id,
+# pretraining_tp, attributes tools set): {"model_type": ..., "fields": {...}}, given back by to_hf.
+NATIVE_EXTRAS = "native_config_extras"
+_NOT_EXTRAS = frozenset({"architectures", "model_type", "transformers_version", "_name_or_path"})
 
 
 def _attention(vanilla: str, native: str, q: str, k: str, v: str, o: str) -> tuple[W, ...]:
@@ -694,12 +698,29 @@ def _native_config(
 
     config_class = getattr(transformers, arch.config_class)
     declared = {f.name for f in dataclasses.fields(config_class)}
+    extras = getattr(config, NATIVE_EXTRAS, None) or {}
+    if extras.get("model_type") == arch.model_type:  # what the tables map wins over what was set aside
+        fields = {**copy.deepcopy(extras["fields"]), **fields}
+    # a token id the native config does not declare (T5 has no bos_token_id) is not added as None
+    fields = {name: value for name, value in fields.items() if value is not None or name in declared}
     for name in _GENERATION_FIELDS:  # BART and Marian still declare these; keep them in step
         if name in declared and generation is not None:
             fields[name] = getattr(generation, name, None)
     native = config_class(**fields, architectures=[native_class])
     native._attn_implementation = config._attn_implementation
     return native
+
+
+def _native_extras(native: Any, config: VanillaConfig, arch: Architecture, native_class: str) -> dict[str, Any]:
+    """The fields of the native config ``native`` that the tables neither map nor reproduce by default."""
+    fields = _native_fields(config, arch, Problems())
+    rebuilt = _native_config(config, arch, native_class, dict(fields), None).to_dict()
+    missing = object()
+    return {
+        name: copy.deepcopy(value)
+        for name, value in native.to_dict().items()
+        if name not in _NOT_EXTRAS and name not in fields and rebuilt.get(name, missing) != value
+    }
 
 
 # ----------------------------------------------------------------------------------------------
@@ -846,6 +867,9 @@ def from_hf(model: PreTrainedModel) -> VanillaPreTrainedModel:
         logger.warning(f"from_hf: {message}; only training is affected.")
 
     config = _to_vanilla_config(model, arch, head)
+    extras = _native_extras(model.config, config, arch, type(model).__name__)
+    if extras:
+        setattr(config, NATIVE_EXTRAS, {"model_type": arch.model_type, "fields": extras})
     vanilla = _skeleton(getattr(modeling_vanilla, head.vanilla), config)
     wanted = set(vanilla.state_dict())
     native_state = model.state_dict()
