@@ -901,9 +901,9 @@ def from_hf(model: PreTrainedModel) -> VanillaPreTrainedModel:
         state[pair.vanilla] = _into_vanilla(tensor, pair.row)
 
     dropped = {name for pattern in head.dropped for name in _star(pattern) if name in native_state}
-    if dropped:
-        logger.warning(f"from_hf: {type(model).__name__} weights with no place in {head.vanilla} dropped: "
-                       f"{sorted(dropped)}.")
+    if dropped:  # an intended drop: one line, the outputs hf_vanilla keeps are unchanged
+        logger.warning(f"from_hf: dropped {', '.join(sorted(dropped))}: {head.vanilla} has no place for them "
+                       f"(it returns the hidden states, which are unchanged).")
     unmatched = sorted(set(native_state) - used - dropped)
     missing = sorted(wanted - set(state))
     if unmatched or missing:
@@ -1058,10 +1058,29 @@ def _load_native(src: Path, model_type: str) -> PreTrainedModel:
             f"{src} holds a {config.architectures[0]}; for {model_type} hf_vanilla converts {', '.join(arch.heads)}."
         )
     name = named[0] if named else next(iter(arch.heads))
-    # init_kwargs: a BertModel is built without the pooler hf_vanilla would drop (nothing is randomly initialised).
+    head = arch.heads[name]
+    # A BertModel is built with the pooler when the checkpoint holds one, so transformers loads every tensor
+    # (no alarming "UNEXPECTED" load report) and from_hf drops it with one line; without one, without it
+    # (init_kwargs), so nothing is randomly initialised either.
+    holds_dropped = any(key in _tensor_names(src) for pattern in head.dropped for key in _star(pattern))
+    init_kwargs = {} if holds_dropped else head.init_kwargs
     return getattr(transformers, name).from_pretrained(
-        src, config=config, local_files_only=True, dtype="auto", **arch.heads[name].init_kwargs
+        src, config=config, local_files_only=True, dtype="auto", **init_kwargs
     )
+
+
+def _tensor_names(src: Path) -> set[str]:
+    """The tensor names a safetensors checkpoint directory holds (read from the file headers only)."""
+    from safetensors import safe_open
+
+    index = src / "model.safetensors.index.json"
+    if index.is_file():
+        return set(json.loads(index.read_text())["weight_map"])
+    names: set[str] = set()
+    for path in src.glob("model*.safetensors"):
+        with safe_open(path, framework="pt") as handle:
+            names.update(handle.keys())
+    return names
 
 
 def _load_vanilla(src: Path) -> VanillaPreTrainedModel:
@@ -1084,7 +1103,19 @@ def _copy_side_files(src: Path, out: Path) -> list[str]:
             continue
         shutil.copy2(path, out / name)
         copied.append(name)
+    for name in _sentence_transformers_modules(src):  # whole: a Dense module's own weights belong to it
+        shutil.copytree(src / name, out / name)
+        copied.append(name + "/")
     return copied
+
+
+def _sentence_transformers_modules(src: Path) -> list[str]:
+    """The module folders a sentence-transformers checkpoint's ``modules.json`` names (``1_Pooling``, ...)."""
+    modules = src / "modules.json"
+    if not modules.is_file():
+        return []
+    paths = [str(module.get("path") or "") for module in json.loads(modules.read_text())]
+    return [path for path in paths if path and (src / path).is_dir()]
 
 
 def convert_checkpoint(
@@ -1095,7 +1126,8 @@ def convert_checkpoint(
     The direction follows the source's ``model_type`` (``"vanilla"`` goes to native); ``to_native`` makes it
     an assertion. Weights are saved as safetensors in the checkpoint's dtype; the generation config
     (decoder_start_token_id, forced_eos_token_id, beam settings ...) comes along with the model, and the
-    tokenizer files (and any other non-weight files) are copied unchanged. Everything is read from local
+    tokenizer files (and any other non-weight files) are copied unchanged, and so are the module folders of a
+    sentence-transformers checkpoint (``modules.json``: ``1_Pooling/``, ...). Everything is read from local
     files only.
     """
     src, out = Path(src_dir), Path(out_dir)

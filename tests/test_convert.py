@@ -271,6 +271,57 @@ def test_bert_model_pooler_is_dropped_with_a_warning(caplog):
     torch.testing.assert_close(got[mask.bool()], expected[mask.bool()], rtol=0, atol=1e-4)
 
 
+def test_a_sentence_transformers_bert_converts_whole_with_one_line_for_the_pooler(tmp_path, capsys, caplog):
+    """all-MiniLM-L6-v2's layout: a BertModel with a pooler, modules.json naming 1_Pooling/ (and 2_Normalize, which
+    has no folder). The pooler is dropped with one clear line, not transformers' UNEXPECTED load report."""
+    torch.manual_seed(0)
+    native = T.BertModel(T.BertConfig(**TINY, max_position_embeddings=40)).eval()
+    source, converted = tmp_path / "minilm", tmp_path / "vanilla"
+    native.save_pretrained(source)
+    tiny_tokenizer().save_pretrained(source)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+               {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]
+    (source / "modules.json").write_text(json.dumps(modules))
+    (source / "1_Pooling").mkdir()
+    (source / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": 32, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True}))
+    (source / "sentence_bert_config.json").write_text('{"max_seq_length": 32, "do_lower_case": false}')
+
+    with caplog.at_level(logging.INFO):  # transformers' load report and our warning are both log records
+        assert cli.main(["convert", str(source), str(converted)]) == 0
+    out = capsys.readouterr().out
+    assert "UNEXPECTED" not in caplog.text and "LOAD REPORT" not in caplog.text
+    assert [record.getMessage() for record in caplog.records if "pooler" in record.getMessage()] == [
+        "from_hf: dropped pooler.dense.bias, pooler.dense.weight: VanillaModel has no place for them (it returns "
+        "the hidden states, which are unchanged)."]
+    assert "1_Pooling/" in out
+    for name in ("modules.json", "sentence_bert_config.json", "1_Pooling/config.json"):
+        assert (converted / name).read_bytes() == (source / name).read_bytes(), name
+
+    # The sentence embedding its pooling config describes (mean over real tokens) is the native one.
+    pooling = json.loads((converted / "1_Pooling" / "config.json").read_text())
+    assert pooling["pooling_mode_mean_tokens"]
+    ids, mask = batch("encoder")
+    vanilla = T.AutoModel.from_pretrained(converted).eval()
+    assert isinstance(vanilla, hv.VanillaModel)
+
+    def embed(model):
+        with torch.no_grad():
+            hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        return (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+
+    torch.testing.assert_close(embed(vanilla), embed(native), rtol=0, atol=1e-5)
+
+    # A BERT saved without a pooler converts without a word about one.
+    bare = tmp_path / "bare"
+    T.BertModel(T.BertConfig(**TINY, max_position_embeddings=40), add_pooling_layer=False).save_pretrained(bare)
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        assert cli.main(["convert", str(bare), str(tmp_path / "bare-vanilla")]) == 0
+    assert "pooler" not in caplog.text and "LOAD REPORT" not in caplog.text
+
+
 def tiny_tokenizer() -> PreTrainedTokenizerFast:
     words = ["<s>", "<pad>", "</s>"] + [f"w{i}" for i in range(VOCAB - 3)]
     backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="</s>"))
