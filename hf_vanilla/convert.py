@@ -1011,6 +1011,40 @@ def to_hf(model: VanillaPreTrainedModel, model_type: str | None = None) -> PreTr
 
 
 # ----------------------------------------------------------------------------------------------
+# Checking a conversion
+
+#: Largest max |difference| a correct float32 conversion shows, relative to the largest |output|: rounding
+#: differences grow with depth and with the outputs' scale, so the bound is relative (see docs/converting.md).
+CHECK_RTOL = 1e-5
+
+
+def check_conversion(
+    original: PreTrainedModel, converted: PreTrainedModel, inputs: Mapping[str, Any], rtol: float = CHECK_RTOL
+) -> float:
+    """Assert that ``converted`` computes what ``original`` computes on ``inputs``; return max |difference|.
+
+    Compares the logits (or last hidden states) at real positions (``attention_mask``, or
+    ``decoder_attention_mask`` for the decoder side of a seq2seq model): the largest difference must be at most
+    ``rtol`` times the largest |output|. Both models should run in float32 with the same attention backend.
+    """
+    import torch
+
+    with torch.no_grad():
+        outputs = [model(**inputs) for model in (original, converted)]
+    a, b = (out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state for out in outputs)
+    mask = inputs.get("decoder_attention_mask", inputs.get("attention_mask")) if "decoder_input_ids" in inputs \
+        else inputs.get("attention_mask")
+    if mask is not None and a.ndim == 3 and mask.shape == a.shape[:2]:
+        a, b = a[mask.bool()], b[mask.bool()]
+    difference, scale = (a - b).abs().max().item(), a.abs().max().item()
+    assert difference <= rtol * scale, (
+        f"max |difference| {difference:.3g} exceeds {rtol:g} x max |output| {scale:.3g} = {rtol * scale:.3g}: "
+        "the converted model computes something else"
+    )
+    return difference
+
+
+# ----------------------------------------------------------------------------------------------
 # Checkpoint directories
 
 

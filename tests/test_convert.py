@@ -18,7 +18,14 @@ from transformers import PreTrainedTokenizerFast
 
 import hf_vanilla as hv
 from hf_vanilla import cli
-from hf_vanilla.convert import ARCHITECTURES, _vanilla_config_fields, covered_fields, from_hf, to_hf
+from hf_vanilla.convert import (
+    ARCHITECTURES,
+    _vanilla_config_fields,
+    check_conversion,
+    covered_fields,
+    from_hf,
+    to_hf,
+)
 from tests.factories import tiny_model
 
 VOCAB = 61
@@ -150,6 +157,21 @@ def test_logits_match_on_padded_batches(name):
     if expected.ndim == 3:  # per token: padded positions are free to differ
         expected, got = expected[mask.bool()], got[mask.bool()]
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_documented_check_passes_a_correct_conversion_and_catches_a_wrong_one(name):
+    native, family = build(name)
+    vanilla = from_hf(native)
+    arguments, _ = inputs(native, family)
+    assert check_conversion(native, vanilla, arguments) < 1e-5
+    # The first two layers' weights swapped: the kind of mistake a wrong `{i}` in a weight table makes.
+    state = vanilla.state_dict()
+    swapped = {name: state[name.replace("layers.0.", "layers.1.", 1)] for name in state if "layers.0." in name}
+    swapped |= {name.replace("layers.0.", "layers.1.", 1): state[name] for name in swapped}
+    vanilla.load_state_dict({**state, **{name: tensor.clone() for name, tensor in swapped.items()}})
+    with pytest.raises(AssertionError, match="the converted model computes something else"):
+        check_conversion(native, vanilla, arguments)
 
 
 @pytest.mark.parametrize("name", [n for n, (_, family) in CASES.items() if family != "encoder"])
