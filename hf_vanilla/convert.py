@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .checkpoint import PICKLE_SUFFIXES, staged_folder
+
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel
@@ -1052,8 +1054,8 @@ def check_conversion(
 # (hf_vanilla's remote code would make a native checkpoint load foreign classes; the model card describes
 # the source model). Everything else at the top level -- tokenizer, vocabularies, chat template, licence --
 # is copied as is.
-_NOT_COPIED_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".gguf",
-                        ".ot", ".tflite", ".pb", ".keras", ".index.json", ".py")
+_NOT_COPIED_SUFFIXES = (*PICKLE_SUFFIXES, ".safetensors", ".h5", ".msgpack", ".onnx", ".gguf", ".ot", ".tflite",
+                        ".pb", ".keras", ".index.json", ".py")
 _NOT_COPIED_NAMES = frozenset({"config.json", "generation_config.json", "README.md", ".gitattributes"})
 
 
@@ -1178,8 +1180,10 @@ def convert_checkpoint(
         raise FileExistsError(f"{out} is not empty; choose a new directory or pass overwrite=True (--overwrite).")
     source = _load_vanilla(src) if is_vanilla else _load_native(src, model_type)
     target = to_hf(source) if is_vanilla else from_hf(source)
-    target.save_pretrained(out)
-    return ConversionReport(type(source).__name__, type(target).__name__, out, _copy_side_files(src, out))
+    with staged_folder(out) as staging:  # OUT_DIR appears complete or not at all
+        target.save_pretrained(staging)
+        copied = _copy_side_files(src, staging)
+    return ConversionReport(type(source).__name__, type(target).__name__, out, copied)
 
 
 # ----------------------------------------------------------------------------------------------
