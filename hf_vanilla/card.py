@@ -1,8 +1,9 @@
 """Model cards for hf_vanilla runs: ``build_model_card(run_dir) -> huggingface_hub.ModelCard``.
 
 Everything comes from the files a training run leaves (``run.json``, ``metrics.json``,
-``config.json``; see :mod:`hf_vanilla.train`) and the Jinja template ``model_cards/model_card.md``,
-so the card can be rebuilt at any time, and the Hub push code can call the same function. Nothing here
+``config.json``; see :mod:`hf_vanilla.train`) and the package's one Jinja template ``hf_vanilla/model_card.md``
+(package data: an installed wheel renders the same card), so the card can be rebuilt at any time. A model saved
+without a run gets the same template with the training sections left out (:func:`build_saved_model_card`). Nothing here
 touches the network: the card's YAML metadata is built with ``ModelCardData`` and parses back with
 ``ModelCard(content)``.
 """
@@ -10,54 +11,16 @@ touches the network: the card's YAML metadata is built with ``ModelCardData`` an
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Mapping, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-logger = logging.getLogger(__name__)
-
-#: The template shipped in the repository (``model_cards/`` next to the package).
-TEMPLATE_PATH = Path(__file__).resolve().parent.parent / "model_cards" / "model_card.md"
-
-# Used only when the package is installed without the repository's model_cards/ folder.
-_FALLBACK_TEMPLATE = """---
-{{ card_data }}
----
-
-# {{ model_id }}
-
-{{ summary }}
-
-## Architecture
-
-{{ architecture_table }}
-
-## Training data
-
-{{ data_section }}
-
-## Training procedure
-
-{{ procedure_table }}
-
-## Evaluation results
-
-{{ results_table }}
-
-## Intended use and limitations
-
-{{ limitations }}
-
-## How to load
-
-```python
-{{ load_snippet }}
-```
-"""
+#: The one model-card template, shipped inside the package (see ``[tool.setuptools.package-data]``).
+TEMPLATE = resources.files(__package__).joinpath("model_card.md")
 
 #: Card licence (Hub identifier, optional name) per default corpus; anything else: Apache-2.0.
 DATA_LICENSES: dict[str, tuple[str, str | None]] = {
@@ -284,16 +247,21 @@ def _samples_section(task: str, samples: Sequence[Mapping[str, Any]]) -> str:
     return "\n\n".join(blocks)
 
 
-def _load_snippet(run: Mapping[str, Any], model_id: str) -> str:
-    auto = run["auto_class"]
-    lines = [
+def _load_lines(auto: str, model_id: str) -> list[str]:
+    # AutoTokenizer reads config.json first, and its auto_map makes it ask "run the custom code? [y/N]" even
+    # for a standard fast tokenizer: trust_remote_code=True on the tokenizer too is what loads with no prompt.
+    return [
         f"from transformers import {auto}, AutoTokenizer",
         "",
         "# The model code travels with the weights (auto_map); `pip install hf_vanilla` + `import hf_vanilla`",
         "# works too and needs no trust_remote_code.",
         f'model = {auto}.from_pretrained("{model_id}", trust_remote_code=True)',
-        f'tokenizer = AutoTokenizer.from_pretrained("{model_id}")',
+        f'tokenizer = AutoTokenizer.from_pretrained("{model_id}", trust_remote_code=True)',
     ]
+
+
+def _load_snippet(run: Mapping[str, Any], model_id: str) -> str:
+    lines = _load_lines(run["auto_class"], model_id)
     task = run["task"]
     if task == "clm":
         lines += ['inputs = tokenizer("MACBETH.\\n", return_tensors="pt")',
@@ -381,15 +349,38 @@ def build_model_card(
     """The model card of a run directory (``README.md`` content; call ``.save(path)`` to write it).
 
     ``model_id`` is the name used in the title and the loading snippet (default: the folder name; the
-    Hub push passes ``"user/repo"``). ``template_path`` defaults to ``model_cards/model_card.md``.
+    Hub push passes ``"user/repo"``). ``template_path`` defaults to the package's :data:`TEMPLATE`.
     """
     data = card_data(run_dir, model_id)
     context = card_context(run_dir, model_id)
-    path = Path(template_path) if template_path is not None else TEMPLATE_PATH
-    if path.is_file():
-        return ModelCard.from_template(data, template_path=str(path), **context)
-    if template_path is not None:
+    return ModelCard.from_template(data, template_str=_template_text(template_path), **context)
+
+
+def build_saved_model_card(config: Mapping[str, Any], model_id: str) -> ModelCard:
+    """The card of a model saved without a training run (no run.json / metrics.json): the same template, with
+    the architecture from ``config`` (a ``config.json`` dict with ``auto_map``) and the loading snippet only."""
+    auto = next((key for key in config.get("auto_map") or {} if key != "AutoConfig"), "AutoModel")
+    family = config.get("architecture")
+    data = ModelCardData(
+        library_name="transformers",
+        tags=["hf_vanilla", "vanilla-transformer", "attention-is-all-you-need", *([family] if family else []),
+              "custom_code"],
+    )
+    rows = [(label, f"`{key}`", config[key]) for key, label in _ARCH_FIELDS
+            if key in config and (key != "num_decoder_layers" or family == "encoder-decoder")]
+    context = {
+        "model_id": model_id,
+        "summary": f"A {family or ''} transformer (hf_vanilla, \"Attention Is All You Need\").",
+        "architecture_table": _table(("option", "config field", "value"), rows),
+        "load_snippet": "\n".join(_load_lines(auto, model_id)),
+    }
+    return ModelCard.from_template(data, template_str=_template_text(None), **context)
+
+
+def _template_text(template_path: str | os.PathLike[str] | None) -> str:
+    if template_path is None:
+        return TEMPLATE.read_text(encoding="utf-8")
+    path = Path(template_path)
+    if not path.is_file():
         raise FileNotFoundError(f"model card template {path} does not exist")
-    logger.warning("model card template %s not found (package installed without the repository?); "
-                   "using the built-in minimal template", path)
-    return ModelCard.from_template(data, template_str=_FALLBACK_TEMPLATE, **context)
+    return path.read_text(encoding="utf-8")

@@ -106,6 +106,8 @@ class VanillaConfig(PreTrainedConfig):
         initializer_range: std of the normal initialisation.
         tie_word_embeddings: share the output projection with the token embeddings.
         use_cache: return a KV cache from decoder forwards.
+        native_config_extras: set by ``hf_vanilla.convert.from_hf``: the converted native config's fields that
+            no hf_vanilla option holds (``{"model_type": ..., "fields": {...}}``); ``to_hf`` gives them back.
     """
 
     model_type = "vanilla"
@@ -165,6 +167,7 @@ class VanillaConfig(PreTrainedConfig):
     bos_token_id: int | None = 1
     eos_token_id: int | list[int] | None = 2
     decoder_start_token_id: int | None = None
+    native_config_extras: dict | None = None
 
     def __post_init__(self, **kwargs):
         loaded_type = kwargs.get("model_type", self.model_type)

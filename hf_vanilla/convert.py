@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .checkpoint import load_complete, save_pretrained_atomic
+from .checkpoint import PICKLE_SUFFIXES, load_complete, staged_folder
 
 if TYPE_CHECKING:
     import torch
@@ -109,7 +109,7 @@ _POOLING_FIELDS = ("pooler", "classifier_pooling")
 # Fields that change no computation of a trained model (ids, init, caching) or are settled elsewhere.
 _BOOKKEEPING = frozenset({
     "architecture", "initializer_range", "use_cache", "is_encoder_decoder", "is_decoder", "add_cross_attention",
-    "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
+    "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "native_config_extras",
 })
 # Fields that only matter while training: a mismatch is worth a warning, not a refusal.
 _SOFT = frozenset({"hidden_dropout", "attention_dropout", "activation_dropout", "classifier_dropout"})
@@ -117,6 +117,10 @@ _SOFT = frozenset({"hidden_dropout", "attention_dropout", "activation_dropout", 
 _GENERATION_FIELDS = ("forced_bos_token_id", "forced_eos_token_id")
 
 _NO_LM_HEAD = dict(lm_head_bias=False, lm_head_transform=False, lm_head_scale=1.0)
+# The VanillaConfig field keeping the native config's fields no table maps (a Llama's unk_token_id,
+# pretraining_tp, attributes tools set): {"model_type": ..., "fields": {...}}, given back by to_hf.
+NATIVE_EXTRAS = "native_config_extras"
+_NOT_EXTRAS = frozenset({"architectures", "model_type", "transformers_version", "_name_or_path"})
 
 
 def _attention(vanilla: str, native: str, q: str, k: str, v: str, o: str) -> tuple[W, ...]:
@@ -696,12 +700,29 @@ def _native_config(
 
     config_class = getattr(transformers, arch.config_class)
     declared = {f.name for f in dataclasses.fields(config_class)}
+    extras = getattr(config, NATIVE_EXTRAS, None) or {}
+    if extras.get("model_type") == arch.model_type:  # what the tables map wins over what was set aside
+        fields = {**copy.deepcopy(extras["fields"]), **fields}
+    # a token id the native config does not declare (T5 has no bos_token_id) is not added as None
+    fields = {name: value for name, value in fields.items() if value is not None or name in declared}
     for name in _GENERATION_FIELDS:  # BART and Marian still declare these; keep them in step
         if name in declared and generation is not None:
             fields[name] = getattr(generation, name, None)
     native = config_class(**fields, architectures=[native_class])
     native._attn_implementation = config._attn_implementation
     return native
+
+
+def _native_extras(native: Any, config: VanillaConfig, arch: Architecture, native_class: str) -> dict[str, Any]:
+    """The fields of the native config ``native`` that the tables neither map nor reproduce by default."""
+    fields = _native_fields(config, arch, Problems())
+    rebuilt = _native_config(config, arch, native_class, dict(fields), None).to_dict()
+    missing = object()
+    return {
+        name: copy.deepcopy(value)
+        for name, value in native.to_dict().items()
+        if name not in _NOT_EXTRAS and name not in fields and rebuilt.get(name, missing) != value
+    }
 
 
 # ----------------------------------------------------------------------------------------------
@@ -848,6 +869,9 @@ def from_hf(model: PreTrainedModel) -> VanillaPreTrainedModel:
         logger.warning(f"from_hf: {message}; only training is affected.")
 
     config = _to_vanilla_config(model, arch, head)
+    extras = _native_extras(model.config, config, arch, type(model).__name__)
+    if extras:
+        setattr(config, NATIVE_EXTRAS, {"model_type": arch.model_type, "fields": extras})
     vanilla = _skeleton(getattr(modeling_vanilla, head.vanilla), config)
     wanted = set(vanilla.state_dict())
     native_state = model.state_dict()
@@ -879,9 +903,9 @@ def from_hf(model: PreTrainedModel) -> VanillaPreTrainedModel:
         state[pair.vanilla] = _into_vanilla(tensor, pair.row)
 
     dropped = {name for pattern in head.dropped for name in _star(pattern) if name in native_state}
-    if dropped:
-        logger.warning(f"from_hf: {type(model).__name__} weights with no place in {head.vanilla} dropped: "
-                       f"{sorted(dropped)}.")
+    if dropped:  # an intended drop: one line, the outputs hf_vanilla keeps are unchanged
+        logger.warning(f"from_hf: dropped {', '.join(sorted(dropped))}: {head.vanilla} has no place for them "
+                       f"(it returns the hidden states, which are unchanged).")
     unmatched = sorted(set(native_state) - used - dropped)
     missing = sorted(wanted - set(state))
     if unmatched or missing:
@@ -989,6 +1013,40 @@ def to_hf(model: VanillaPreTrainedModel, model_type: str | None = None) -> PreTr
 
 
 # ----------------------------------------------------------------------------------------------
+# Checking a conversion
+
+#: Largest max |difference| a correct float32 conversion shows, relative to the largest |output|: rounding
+#: differences grow with depth and with the outputs' scale, so the bound is relative (see docs/converting.md).
+CHECK_RTOL = 1e-5
+
+
+def check_conversion(
+    original: PreTrainedModel, converted: PreTrainedModel, inputs: Mapping[str, Any], rtol: float = CHECK_RTOL
+) -> float:
+    """Assert that ``converted`` computes what ``original`` computes on ``inputs``; return max |difference|.
+
+    Compares the logits (or last hidden states) at real positions (``attention_mask``, or
+    ``decoder_attention_mask`` for the decoder side of a seq2seq model): the largest difference must be at most
+    ``rtol`` times the largest |output|. Both models should run in float32 with the same attention backend.
+    """
+    import torch
+
+    with torch.no_grad():
+        outputs = [model(**inputs) for model in (original, converted)]
+    a, b = (out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state for out in outputs)
+    mask = inputs.get("decoder_attention_mask", inputs.get("attention_mask")) if "decoder_input_ids" in inputs \
+        else inputs.get("attention_mask")
+    if mask is not None and a.ndim == 3 and mask.shape == a.shape[:2]:
+        a, b = a[mask.bool()], b[mask.bool()]
+    difference, scale = (a - b).abs().max().item(), a.abs().max().item()
+    assert difference <= rtol * scale, (
+        f"max |difference| {difference:.3g} exceeds {rtol:g} x max |output| {scale:.3g} = {rtol * scale:.3g}: "
+        "the converted model computes something else"
+    )
+    return difference
+
+
+# ----------------------------------------------------------------------------------------------
 # Checkpoint directories
 
 
@@ -996,8 +1054,8 @@ def to_hf(model: VanillaPreTrainedModel, model_type: str | None = None) -> PreTr
 # (hf_vanilla's remote code would make a native checkpoint load foreign classes; the model card describes
 # the source model). Everything else at the top level -- tokenizer, vocabularies, chat template, licence --
 # is copied as is.
-_NOT_COPIED_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".gguf",
-                        ".ot", ".tflite", ".pb", ".keras", ".index.json", ".py")
+_NOT_COPIED_SUFFIXES = (*PICKLE_SUFFIXES, ".safetensors", ".h5", ".msgpack", ".onnx", ".gguf", ".ot", ".tflite",
+                        ".pb", ".keras", ".index.json", ".py")
 _NOT_COPIED_NAMES = frozenset({"config.json", "generation_config.json", "README.md", ".gitattributes"})
 
 
@@ -1036,11 +1094,29 @@ def _load_native(src: Path, model_type: str) -> PreTrainedModel:
             f"{src} holds a {config.architectures[0]}; for {model_type} hf_vanilla converts {', '.join(arch.heads)}."
         )
     name = named[0] if named else next(iter(arch.heads))
-    # init_kwargs: a BertModel is built without the pooler hf_vanilla would drop (nothing is randomly initialised).
+    head = arch.heads[name]
+    # A BertModel is built with the pooler when the checkpoint holds one, so transformers loads every tensor
+    # (no alarming "UNEXPECTED" load report) and from_hf drops it with one line; without one, without it
+    # (init_kwargs), so nothing is randomly initialised either.
+    holds_dropped = any(key in _tensor_names(src) for pattern in head.dropped for key in _star(pattern))
+    init_kwargs = {} if holds_dropped else head.init_kwargs
     return load_complete(
-        getattr(transformers, name), src, config=config, local_files_only=True, dtype="auto",
-        **arch.heads[name].init_kwargs,
+        getattr(transformers, name), src, config=config, local_files_only=True, dtype="auto", **init_kwargs
     )
+
+
+def _tensor_names(src: Path) -> set[str]:
+    """The tensor names a safetensors checkpoint directory holds (read from the file headers only)."""
+    from safetensors import safe_open
+
+    index = src / "model.safetensors.index.json"
+    if index.is_file():
+        return set(json.loads(index.read_text())["weight_map"])
+    names: set[str] = set()
+    for path in src.glob("model*.safetensors"):
+        with safe_open(path, framework="pt") as handle:
+            names.update(handle.keys())
+    return names
 
 
 def _load_vanilla(src: Path) -> VanillaPreTrainedModel:
@@ -1063,7 +1139,19 @@ def _copy_side_files(src: Path, out: Path) -> list[str]:
             continue
         shutil.copy2(path, out / name)
         copied.append(name)
+    for name in _sentence_transformers_modules(src):  # whole: a Dense module's own weights belong to it
+        shutil.copytree(src / name, out / name)
+        copied.append(name + "/")
     return copied
+
+
+def _sentence_transformers_modules(src: Path) -> list[str]:
+    """The module folders a sentence-transformers checkpoint's ``modules.json`` names (``1_Pooling``, ...)."""
+    modules = src / "modules.json"
+    if not modules.is_file():
+        return []
+    paths = [str(module.get("path") or "") for module in json.loads(modules.read_text())]
+    return [path for path in paths if path and (src / path).is_dir()]
 
 
 def convert_checkpoint(
@@ -1074,7 +1162,8 @@ def convert_checkpoint(
     The direction follows the source's ``model_type`` (``"vanilla"`` goes to native); ``to_native`` makes it
     an assertion. Weights are saved as safetensors in the checkpoint's dtype; the generation config
     (decoder_start_token_id, forced_eos_token_id, beam settings ...) comes along with the model, and the
-    tokenizer files (and any other non-weight files) are copied unchanged. Everything is read from local
+    tokenizer files (and any other non-weight files) are copied unchanged, and so are the module folders of a
+    sentence-transformers checkpoint (``modules.json``: ``1_Pooling/``, ...). Everything is read from local
     files only.
     """
     src, out = Path(src_dir), Path(out_dir)
@@ -1091,8 +1180,10 @@ def convert_checkpoint(
         raise FileExistsError(f"{out} is not empty; choose a new directory or pass overwrite=True (--overwrite).")
     source = _load_vanilla(src) if is_vanilla else _load_native(src, model_type)
     target = to_hf(source) if is_vanilla else from_hf(source)
-    save_pretrained_atomic(target, out)
-    return ConversionReport(type(source).__name__, type(target).__name__, out, _copy_side_files(src, out))
+    with staged_folder(out) as staging:  # OUT_DIR appears complete or not at all
+        target.save_pretrained(staging)
+        copied = _copy_side_files(src, staging)
+    return ConversionReport(type(source).__name__, type(target).__name__, out, copied)
 
 
 # ----------------------------------------------------------------------------------------------

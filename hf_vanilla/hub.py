@@ -6,6 +6,10 @@ carries ``auto_map`` and the code files (``configuration_vanilla.py``, ``modelin
 model alone; :func:`push_run` shares a whole run directory (see :mod:`hf_vanilla.train`): weights, config,
 code, tokenizer, generation config, ``run.json`` / ``metrics.json`` / ``curves.png`` and the model card.
 
+Files go up by allow-list (:func:`plan_upload`): what loading needs (:func:`hf_vanilla.checkpoint.loading_files`)
+and the run files, nothing else unless named with ``include``; a stray ``token`` or ``id_rsa`` in a run folder
+stays local, and the push lists what it left behind.
+
 Everything goes up in ONE commit: either the repo moves to a complete new checkpoint, or (rejected token,
 interrupted upload, concurrent push) it stays exactly where it was. The Hub is ``HF_ENDPOINT`` (default
 huggingface.co), so a private Hub works the same way. See docs/hub.md.
@@ -18,46 +22,68 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .checkpoint import (
+    PICKLE_SUFFIXES,
+    TOKENIZER_FILES,
+    code_files,
+    is_model_file,
+    is_weight_file,
+    loading_files,
+)
+
 logger = logging.getLogger(__name__)
 
-# Pickles are never uploaded: they are not needed to load the model (training_args.bin, optimizer and RNG
-# states of a Trainer), and the Hub flags pickled files as unsafe to open.
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
-
-# The card written when a folder has none and no run files to build hf_vanilla's full card from.
-_MINIMAL_CARD = """---
-{{ card_data }}
----
-
-# {{ model_id }}
-
-A transformer from "Attention Is All You Need" (Vaswani et al., 2017), built with hf_vanilla as a
-Hugging Face model. The model code travels with the weights, so hf_vanilla need not be installed:
-
-```python
-from transformers import {{ auto_class }}
-
-model = {{ auto_class }}.from_pretrained("{{ model_id }}", trust_remote_code=True)
-```
-"""
+#: The run files a training run writes beside the model (see :mod:`hf_vanilla.train`); README.md is the card.
+RUN_FILES = ("metrics.json", "run.json", "curves.png")
+CARD_FILE = "README.md"
 
 
-def upload_files(run_dir: str | os.PathLike[str]) -> dict[str, Path]:
-    """The files of ``run_dir`` that a push uploads, by their name in the repo.
+@dataclass(frozen=True)
+class UploadPlan:
+    """What a push of a folder uploads (path in the repo -> local file) and the top-level names it leaves local."""
 
-    Top-level regular files only: trainer checkpoints (``checkpoint-N/``), logs and hidden staging folders
-    stay local, and so do pickles (:data:`PICKLE_SUFFIXES`).
+    files: dict[str, Path]
+    skipped: list[str]
+
+
+def plan_upload(run_dir: str | os.PathLike[str], include: Sequence[str] = ()) -> UploadPlan:
+    """The files of ``run_dir`` that a push uploads, by allow-list: what loading needs (weights, configs, the
+    code named by ``auto_map``, tokenizer), the run files (:data:`RUN_FILES`) and whatever ``include`` names
+    (a file or a folder, relative to ``run_dir``). Everything else is skipped and listed; the card
+    (``README.md``) is chosen by :func:`model_card_text`.
     """
     folder = Path(run_dir)
-    return {
-        path.name: path
-        for path in sorted(folder.iterdir())
-        if path.is_file() and not path.name.startswith(".") and not path.name.endswith(PICKLE_SUFFIXES)
-    }
+    files = loading_files(folder)
+    files.update((name, folder / name) for name in RUN_FILES if (folder / name).is_file())
+    for name in include:
+        files.update(_included(folder, name))
+    top_level = {path.split("/")[0] for path in files} | {CARD_FILE}
+    skipped = sorted(
+        path.name + ("/" if path.is_dir() else "") for path in folder.iterdir() if path.name not in top_level
+    )
+    return UploadPlan(files, skipped)
+
+
+def _included(folder: Path, name: str) -> dict[str, Path]:
+    """The files ``--include NAME`` adds: one file, or every file under a folder, by their path in the repo."""
+    path = (folder / name).resolve()
+    if not path.is_relative_to(folder.resolve()) or path == folder.resolve():
+        raise ValueError(f"--include {name!r} is not a file or folder inside {folder}")
+    if not path.exists():
+        raise FileNotFoundError(f"--include {name!r}: {folder / name} does not exist")
+    found = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    pickles = [p.name for p in found if p.name.endswith(PICKLE_SUFFIXES)]
+    if pickles:
+        raise ValueError(
+            f"--include {name!r} holds pickled files ({', '.join(pickles)}): the Hub flags them as unsafe to "
+            "open and loading does not need them; convert them to safetensors or leave them out"
+        )
+    return {p.relative_to(folder.resolve()).as_posix(): p for p in found}
 
 
 def _with_auto_map(config: dict[str, Any]) -> dict[str, Any] | None:
@@ -89,20 +115,6 @@ def _with_auto_map(config: dict[str, Any]) -> dict[str, Any] | None:
     return {**config, "auto_map": auto_map}
 
 
-def _minimal_card(config: dict[str, Any], repo_id: str) -> str:
-    from huggingface_hub import ModelCard, ModelCardData
-
-    auto_map = config.get("auto_map") or {}
-    auto_class = next((key for key in auto_map if key != "AutoConfig"), "AutoModel")
-    data = ModelCardData(
-        library_name="transformers",
-        tags=["hf_vanilla", "vanilla-transformer", "attention-is-all-you-need", "custom_code"],
-    )
-    return str(
-        ModelCard.from_template(data, template_str=_MINIMAL_CARD, model_id=repo_id, auto_class=auto_class)
-    )
-
-
 def model_card_text(
     run_dir: str | os.PathLike[str], repo_id: str, *, rebuild_card: bool | None = None
 ) -> str:
@@ -115,6 +127,8 @@ def model_card_text(
     """
     from huggingface_hub import ModelCard
 
+    from .card import build_model_card, build_saved_model_card
+
     folder = Path(run_dir)
     readme = folder / "README.md"
     existing = readme.read_text(encoding="utf-8") if readme.is_file() else None
@@ -126,12 +140,8 @@ def model_card_text(
         raise FileNotFoundError(
             f"cannot rebuild the model card: {folder} has no run.json and metrics.json (not a training run)"
         )
-    try:
-        from .card import build_model_card
-    except ImportError:  # an install without the card module: the folder's card, else the minimal one
-        build_model_card = None
     text = existing
-    if rebuild_card is not False and has_run_files and build_model_card is not None:
+    if rebuild_card is not False and has_run_files:
         if rebuild_card:
             text = str(build_model_card(folder, model_id=repo_id))
         else:
@@ -147,7 +157,8 @@ def model_card_text(
                 )
     if text is None:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        text = _minimal_card(_with_auto_map(config) or config, repo_id)  # the auto_map the push will upload
+        # the card of a model saved without a run, naming the auto_map the push will upload
+        text = str(build_saved_model_card(_with_auto_map(config) or config, repo_id))
     try:
         ModelCard(text)  # the Hub rejects a README.md whose YAML header does not parse
     except Exception as error:
@@ -158,19 +169,27 @@ def model_card_text(
 
 
 def _check_run_dir(folder: Path, files: dict[str, Path]) -> None:
-    if not folder.is_dir():
-        raise FileNotFoundError(f"{folder} is not a directory")
     if "config.json" not in files:
         raise FileNotFoundError(
             f"{folder} has no config.json: is it a saved model or a training run directory?"
         )
-    if not any(name.startswith("model") and name.endswith(".safetensors") for name in files):
+    if not any(is_weight_file(name) for name in files):
         raise FileNotFoundError(
             f"{folder} has no safetensors weights (model.safetensors or model-*.safetensors); "
             "save the model with save_pretrained first"
         )
     if not any(name in files for name in TOKENIZER_FILES):
         logger.warning("%s has no tokenizer files: the repo will hold the model only", folder)
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """A finished push: the Hub's ``CommitInfo`` (``.oid``, ``.commit_url``, ``.repo_url``), the paths uploaded
+    and the top-level names of the folder that stayed local."""
+
+    commit: Any
+    uploaded: list[str]
+    skipped: list[str]
 
 
 def push_run(
@@ -182,37 +201,46 @@ def push_run(
     token: str | bool | None = None,
     commit_message: str | None = None,
     rebuild_card: bool | None = None,
-) -> Any:
+    include: Sequence[str] = (),
+    api: Any = None,
+) -> PushResult:
     """Upload a training run directory (or any ``save_pretrained`` folder) to the Hub in one commit.
 
-    Creates ``repo_id`` (and the branch ``revision``, from ``main``) when needed. Uploads the safetensors
-    weights, ``config.json`` (with ``auto_map``), the model code, tokenizer, generation config, run files and
-    the model card (see :func:`model_card_text` for ``rebuild_card``); weight files of an older push that this
-    one does not replace are deleted in the same commit, so the repo never mixes two checkpoints.
-    ``private=True`` refuses to push to an existing public repo. Returns the ``huggingface_hub.CommitInfo``.
+    Creates ``repo_id`` (and the branch ``revision``, from ``main``) when needed. Uploads what
+    :func:`plan_upload` allows: the safetensors weights, ``config.json`` (with ``auto_map``), the model code,
+    tokenizer, generation config, run files, anything named in ``include``, and the model card (see
+    :func:`model_card_text` for ``rebuild_card``); everything else stays local and is listed in the result.
+    Model files of an older push that this one does not replace are deleted in the same commit, so the repo
+    never mixes two checkpoints. ``private=True`` refuses to push to an existing public repo. ``api`` is the
+    ``huggingface_hub.HfApi`` to talk through (default: ``HfApi(token=token)``).
     """
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
     folder = Path(run_dir)
-    files = upload_files(folder) if folder.is_dir() else {}
-    _check_run_dir(folder, files)
-    config = json.loads(files["config.json"].read_text(encoding="utf-8"))
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder} is not a directory")
+    plan = plan_upload(folder, include)
+    _check_run_dir(folder, plan.files)
+    config = json.loads(plan.files["config.json"].read_text(encoding="utf-8"))
     patched_config = _with_auto_map(config)
 
     # Everything that can be checked locally is, before the first request: a bad folder creates no repo.
-    operations: dict[str, Any] = {name: path for name, path in files.items()}
+    operations: dict[str, Any] = dict(plan.files)
     if patched_config is not None:
         operations["config.json"] = (json.dumps(patched_config, indent=2, sort_keys=True) + "\n").encode()
-    from .train import code_files
-
     for source in code_files():  # code already in the folder is the code the weights were trained with: kept
         operations.setdefault(source.name, source)
     card = model_card_text(folder, repo_id, rebuild_card=rebuild_card)
+    if plan.skipped:
+        logger.warning(
+            "not uploading %s (not needed to load the model; name a file with include=/--include to upload it)",
+            ", ".join(plan.skipped),
+        )
 
-    api = HfApi(token=token)
+    api = api if api is not None else HfApi(token=token)
     try:
-        return _commit(
+        commit = _commit(
             api, folder, repo_id, operations, card, revision, private, commit_message, rebuild_card
         )
     except HfHubHTTPError as error:
@@ -226,6 +254,7 @@ def push_run(
             f"The Hub at {api.endpoint} refused the push to {repo_id!r} ({reason}). Log in with `hf auth login`, "
             "set HF_TOKEN or pass a write token. Nothing was committed."
         ) from error
+    return PushResult(commit, sorted([*operations, CARD_FILE]), plan.skipped)
 
 
 def _commit(
@@ -240,8 +269,6 @@ def _commit(
     rebuild_card: bool | None,
 ) -> Any:
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete
-
-    from .checkpoint import is_model_file
 
     created = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
     if created != repo_id:  # "name" became "user/name": the card names the repo, so it names the full id
@@ -302,6 +329,14 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         "--token", help="Hub token (prefer HF_TOKEN: a token on the command line shows in `ps`)"
     )
     parser.add_argument("--commit-message", metavar="MSG", help="message of the commit")
+    parser.add_argument(
+        "--include",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="also upload this file or folder of RUN_DIR (repeatable); only what loading needs and the run "
+        "files are uploaded otherwise, and the rest is listed as skipped",
+    )
     card = parser.add_mutually_exclusive_group()
     card.add_argument(
         "--rebuild-card",
@@ -318,7 +353,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
 
 def _run_cli(args: argparse.Namespace) -> int:
     try:
-        commit = push_run(
+        result = push_run(
             args.run_dir,
             args.repo_id,
             revision=args.revision,
@@ -326,6 +361,7 @@ def _run_cli(args: argparse.Namespace) -> int:
             token=args.token,
             commit_message=args.commit_message,
             rebuild_card=args.rebuild_card,
+            include=args.include,
         )
     except (ValueError, OSError, RuntimeError) as error:  # refused token, missing files, Hub or upload errors
         cause = (
@@ -337,10 +373,14 @@ def _run_cli(args: argparse.Namespace) -> int:
         retry = " Nothing was committed; run the push again." if isinstance(error, RuntimeError) else ""
         print(f"hf-vanilla push: {error}{cause}{retry}", file=sys.stderr)
         return 1
+    commit = result.commit
     print(
-        f"pushed {args.run_dir} to {commit.repo_url.repo_id}@{args.revision or 'main'}: {commit.commit_url}"
+        f"pushed {len(result.uploaded)} files of {args.run_dir} to {commit.repo_url.repo_id}@{args.revision or 'main'}: "
+        f"{commit.commit_url}"
     )
+    if result.skipped:
+        print(f"left local (not needed to load; --include NAME to upload): {', '.join(result.skipped)}")
     return 0
 
 
-__all__ = ["PICKLE_SUFFIXES", "add_cli", "model_card_text", "push_run", "upload_files"]
+__all__ = ["RUN_FILES", "PushResult", "UploadPlan", "add_cli", "model_card_text", "plan_upload", "push_run"]

@@ -1,11 +1,10 @@
-"""Shared pytest set-up: the local Hub server and the corpus fixtures, and no network for any test."""
+"""Shared pytest set-up: the corpus fixtures, hypothesis profiles, and no network for any test."""
 
 import os
 
 from hypothesis import HealthCheck, settings
 
 from tests.corpus_fixtures import bbc_src, bible_src, corpus_cache, shakespeare_src  # noqa: F401  (fixtures)
-from tests.hub_fixtures import hub_server  # noqa: F401  (a fixture: the local Hub API server)
 
 # Tests never reach the Hub: anything that tries fails at once instead of hanging.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

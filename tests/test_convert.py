@@ -18,7 +18,14 @@ from transformers import PreTrainedTokenizerFast
 
 import hf_vanilla as hv
 from hf_vanilla import cli
-from hf_vanilla.convert import ARCHITECTURES, _vanilla_config_fields, covered_fields, from_hf, to_hf
+from hf_vanilla.convert import (
+    ARCHITECTURES,
+    _vanilla_config_fields,
+    check_conversion,
+    covered_fields,
+    from_hf,
+    to_hf,
+)
 from tests.factories import tiny_model
 
 VOCAB = 61
@@ -97,9 +104,17 @@ BARE = {
 }
 
 
+# Native configs carrying fields no conversion table maps (what real checkpoints and tools leave in config.json).
+WITH_EXTRA_FIELDS = {
+    "llama-unk-token-pretraining-tp-tool-key": (lambda: llama(unk_token_id=3, pretraining_tp=2,
+                                                              tool_key={"kept": [1, 2]}), "decoder"),
+    "bert-sep-token-tool-key": (lambda: bert(T.BertForMaskedLM, sep_token_id=5, tool_key="kept"), "encoder"),
+}
+
+
 def build(name):
     torch.manual_seed(0)
-    make, family = CASES[name] if name in CASES else BARE[name]
+    make, family = {**CASES, **BARE, **WITH_EXTRA_FIELDS}[name]
     return make().eval(), family
 
 
@@ -144,6 +159,21 @@ def test_logits_match_on_padded_batches(name):
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-4)
 
 
+@pytest.mark.parametrize("name", CASES)
+def test_the_documented_check_passes_a_correct_conversion_and_catches_a_wrong_one(name):
+    native, family = build(name)
+    vanilla = from_hf(native)
+    arguments, _ = inputs(native, family)
+    assert check_conversion(native, vanilla, arguments) < 1e-5
+    # The first two layers' weights swapped: the kind of mistake a wrong `{i}` in a weight table makes.
+    state = vanilla.state_dict()
+    swapped = {name: state[name.replace("layers.0.", "layers.1.", 1)] for name in state if "layers.0." in name}
+    swapped |= {name.replace("layers.0.", "layers.1.", 1): state[name] for name in swapped}
+    vanilla.load_state_dict({**state, **{name: tensor.clone() for name, tensor in swapped.items()}})
+    with pytest.raises(AssertionError, match="the converted model computes something else"):
+        check_conversion(native, vanilla, arguments)
+
+
 @pytest.mark.parametrize("name", [n for n, (_, family) in CASES.items() if family != "encoder"])
 def test_greedy_tokens_with_kv_cache_are_identical(name):
     native, family = build(name)
@@ -179,6 +209,27 @@ def test_round_trip_gives_back_the_exact_state_dict(name):
     if native.config.model_type == "t5":
         before.update(decoder_start_token_id=0)
     assert {k: (before.get(k), after.get(k)) for k in before.keys() | after.keys() if before.get(k) != after.get(k)} == {}
+
+
+@pytest.mark.parametrize("name", [*CASES, *BARE, *WITH_EXTRA_FIELDS])
+def test_every_native_config_field_survives_the_round_trip_through_a_saved_vanilla_model(name, tmp_path):
+    native, _ = build(name)
+    native.save_pretrained(tmp_path / "native")  # both sides go through disk (which sets dtype, for one)
+    native = type(native).from_pretrained(tmp_path / "native")
+    vanilla = from_hf(native)
+    vanilla.save_pretrained(tmp_path / "vanilla")
+    back = to_hf(type(vanilla).from_pretrained(tmp_path / "vanilla")).config.to_dict()
+    original = native.config.to_dict()
+    # save_pretrained writes `architectures` anyway; T5 reads decoder_start_token_id (0, the pad token) from the
+    # config to shift labels, and its config class has no default for it.
+    added = {"architectures": [type(native).__name__]} | (
+        {"decoder_start_token_id": 0} if native.config.model_type == "t5" else {})
+    for key in ("transformers_version", "_name_or_path"):
+        original.pop(key, None), back.pop(key, None)
+    changed = {key: (value, back.get(key, "<missing>")) for key, value in original.items()
+               if key not in added and back.get(key, "<missing>") != value}
+    assert changed == {}
+    assert {key: back[key] for key in back.keys() - original.keys() | added.keys()} == added
 
 
 @pytest.mark.parametrize("name", BARE)
@@ -240,6 +291,57 @@ def test_bert_model_pooler_is_dropped_with_a_warning(caplog):
         expected = native(input_ids=ids, attention_mask=mask).last_hidden_state
         got = vanilla(input_ids=ids, attention_mask=mask).last_hidden_state
     torch.testing.assert_close(got[mask.bool()], expected[mask.bool()], rtol=0, atol=1e-4)
+
+
+def test_a_sentence_transformers_bert_converts_whole_with_one_line_for_the_pooler(tmp_path, capsys, caplog):
+    """all-MiniLM-L6-v2's layout: a BertModel with a pooler, modules.json naming 1_Pooling/ (and 2_Normalize, which
+    has no folder). The pooler is dropped with one clear line, not transformers' UNEXPECTED load report."""
+    torch.manual_seed(0)
+    native = T.BertModel(T.BertConfig(**TINY, max_position_embeddings=40)).eval()
+    source, converted = tmp_path / "minilm", tmp_path / "vanilla"
+    native.save_pretrained(source)
+    tiny_tokenizer().save_pretrained(source)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+               {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]
+    (source / "modules.json").write_text(json.dumps(modules))
+    (source / "1_Pooling").mkdir()
+    (source / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": 32, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True}))
+    (source / "sentence_bert_config.json").write_text('{"max_seq_length": 32, "do_lower_case": false}')
+
+    with caplog.at_level(logging.INFO):  # transformers' load report and our warning are both log records
+        assert cli.main(["convert", str(source), str(converted)]) == 0
+    out = capsys.readouterr().out
+    assert "UNEXPECTED" not in caplog.text and "LOAD REPORT" not in caplog.text
+    assert [record.getMessage() for record in caplog.records if "pooler" in record.getMessage()] == [
+        "from_hf: dropped pooler.dense.bias, pooler.dense.weight: VanillaModel has no place for them (it returns "
+        "the hidden states, which are unchanged)."]
+    assert "1_Pooling/" in out
+    for name in ("modules.json", "sentence_bert_config.json", "1_Pooling/config.json"):
+        assert (converted / name).read_bytes() == (source / name).read_bytes(), name
+
+    # The sentence embedding its pooling config describes (mean over real tokens) is the native one.
+    pooling = json.loads((converted / "1_Pooling" / "config.json").read_text())
+    assert pooling["pooling_mode_mean_tokens"]
+    ids, mask = batch("encoder")
+    vanilla = T.AutoModel.from_pretrained(converted).eval()
+    assert isinstance(vanilla, hv.VanillaModel)
+
+    def embed(model):
+        with torch.no_grad():
+            hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        return (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+
+    torch.testing.assert_close(embed(vanilla), embed(native), rtol=0, atol=1e-5)
+
+    # A BERT saved without a pooler converts without a word about one.
+    bare = tmp_path / "bare"
+    T.BertModel(T.BertConfig(**TINY, max_position_embeddings=40), add_pooling_layer=False).save_pretrained(bare)
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        assert cli.main(["convert", str(bare), str(tmp_path / "bare-vanilla")]) == 0
+    assert "pooler" not in caplog.text and "LOAD REPORT" not in caplog.text
 
 
 def tiny_tokenizer() -> PreTrainedTokenizerFast:

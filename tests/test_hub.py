@@ -1,53 +1,59 @@
-"""Sharing on the Hub, against the local Hub server (tests/hub_server.py) and the real huggingface_hub client.
+"""Sharing on the Hub.
 
-``push_run`` / ``hf-vanilla push`` upload a training run in one commit; ``push_to_hub`` (transformers' own,
-through transformers' ``save_pretrained``) shares a model alone. What was pushed loads in a fresh process where
-hf_vanilla cannot be imported, through ``trust_remote_code``, with bitwise-identical outputs. A refused token,
-an upload cut off mid-way and a push killed mid-way leave the repo exactly as it was.
+``push_run`` is checked against a small fake ``HfApi`` (what one push commits, what stays local, what a failure
+leaves), and once end to end: ``hf-vanilla push`` and loading through the real huggingface_hub client and
+transformers against a local Hub (tests/hub_server.py), in processes where hf_vanilla cannot be imported and
+stdin is closed, with bit-identical outputs and no "run the custom code? [y/N]" prompt.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import random
+import re
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
-import time
+import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
-import huggingface_hub.lfs
+import huggingface_hub
 import pytest
 import torch
-from huggingface_hub import HfApi, ModelCard
-from huggingface_hub.errors import HfHubHTTPError
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from huggingface_hub import CommitOperationDelete, ModelCard
+from transformers import AutoTokenizer
 
 import hf_vanilla as hv
 from hf_vanilla import cli
-from hf_vanilla.hub import model_card_text, push_run
+from hf_vanilla.hub import model_card_text, plan_upload, push_run
 from tests.factories import tiny_model, tiny_tokenizer
-from tests.hub_fixtures import HubFixture
+from tests.hub_server import TOKEN, USER, LocalHub, Repo
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TEXTS = ["the king", "thou queen of the night speak"]
-
-# Files of a training run that are shared: the model and its code, tokenizer, run record, curves and card.
-SHARED_RUN_FILES = [
-    ".gitattributes", "README.md", "config.json", "configuration_vanilla.py", "curves.png",
-    "generation_config.json", "metrics.json", "model.safetensors", "modeling_vanilla.py",
-    "positional.py", "run.json", "tokenizer.json", "tokenizer_config.json", "trainer_state.json",
-]  # fmt: skip
+CODE = ["configuration_vanilla.py", "modeling_vanilla.py", "positional.py"]
+# What a push of a training run uploads: the model, its code and tokenizer, the run files and the card.
+SHARED_RUN_FILES = sorted([
+    "README.md", "config.json", "curves.png", "generation_config.json", "metrics.json", "model.safetensors",
+    "run.json", "tokenizer.json", "tokenizer_config.json", *CODE,
+])  # fmt: skip
+# Things people keep next to a run that must never reach a (public by default) repo.
+SECRETS = {
+    "token": "hf_aaaaSECRETtoken",
+    "hf_token.txt": "hf_bbbbSECRETtoken",
+    "credentials.json": '{"aws_secret_access_key": "SECRETkey"}',
+    "id_rsa": "-----BEGIN OPENSSH PRIVATE KEY-----\nSECRET\n",
+    ".env": "WANDB_API_KEY=SECRETwandb\n",
+}
 
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real (tiny, 2-step) causal LM training run: model, tokenizer, run.json, metrics, curves, card and
-    the things that must stay local (checkpoint-N/, training_args.bin)."""
+    the things that must stay local (checkpoint-N/, training_args.bin, trainer_state.json)."""
     from hf_vanilla import train
 
     root = tmp_path_factory.mktemp("hub-run")
@@ -62,28 +68,17 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         data.append(f"{split}={path}")
     run_dir = root / "tiny-clm"
     train.train(
-        "clm",
-        run_dir,
-        data_files=data,
-        preset="tiny",
-        config={"hidden_size": 32, "intermediate_size": 64},
-        vocab_size=300,
-        block_size=16,
-        batch_size=4,
-        max_steps=2,
-        save_steps=1,
-        save_total_limit=None,
-        disable_tqdm=True,
-        num_samples=1,
-        max_new_tokens=4,
-    )
+        "clm", run_dir, data_files=data, preset="tiny", config={"hidden_size": 32, "intermediate_size": 64},
+        vocab_size=300, block_size=16, batch_size=4, max_steps=2, save_steps=1, save_total_limit=None,
+        disable_tqdm=True, num_samples=1, max_new_tokens=4,
+    )  # fmt: skip
     assert (run_dir / "checkpoint-1").is_dir() and (run_dir / "training_args.bin").is_file()
     return run_dir
 
 
 def copy_run(run_dir: Path, destination: Path, seed: int | None = None) -> Path:
     """A copy of ``run_dir``; with ``seed``, its weights are perturbed (another checkpoint, same everything else)."""
-    shutil.copytree(run_dir, destination, ignore=shutil.ignore_patterns("checkpoint-*"))
+    shutil.copytree(run_dir, destination)
     if seed is not None:
         model = hv.VanillaForCausalLM.from_pretrained(destination)
         generator = torch.Generator().manual_seed(seed)
@@ -94,445 +89,291 @@ def copy_run(run_dir: Path, destination: Path, seed: int | None = None) -> Path:
     return destination
 
 
-def expected_outputs(model, tokenizer, path: Path, generate: bool = True) -> str:
-    """Save what a model computes here (inputs, logits, greedy tokens) for the fresh process to compare with."""
-    model.eval()
-    encoded = dict(tokenizer(TEXTS, return_tensors="pt", padding=True))
-    inputs = dict(encoded)
-    if model.config.is_encoder_decoder:
-        inputs["decoder_input_ids"] = encoded["input_ids"][:, :3]
-    with torch.no_grad():
-        expected = {"encoded": encoded, "inputs": inputs, "logits": model(**inputs).logits}
-        if generate:
-            expected["generated"] = model.generate(**encoded, max_new_tokens=5, do_sample=False)
-    torch.save(expected, path)
-    return str(path)
+class FakeHfApi:
+    """The HfApi calls push_run makes, over in-memory repos (branches of commits, as tests/hub_server.py keeps
+    them): enough to check what a push commits; how the client speaks HTTP is the end-to-end test's job."""
 
+    endpoint = "https://hub.invalid"
 
-def same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
-    sa, sb = a.state_dict(), b.state_dict()
-    return list(sa) == list(sb) and all(torch.equal(sa[k], sb[k]) for k in sa)
+    def __init__(self) -> None:
+        self.repos: dict[str, Repo] = {}
+        self.fail_uploads = False  # as the client does when an upload is cut off: raise before committing
 
+    def create_repo(self, repo_id: str, *, private: bool | None = None, exist_ok: bool = False) -> SimpleNamespace:
+        repo_id = repo_id if "/" in repo_id else f"{USER}/{repo_id}"
+        if repo_id not in self.repos:
+            self.repos[repo_id] = Repo(private=bool(private))
+            self.repos[repo_id].commit("main", {".gitattributes": b"*.safetensors filter=lfs\n"}, "initial commit")
+        assert exist_ok
+        return SimpleNamespace(repo_id=repo_id)
 
-def fixture_env(hub: HubFixture) -> dict[str, str]:
-    """The environment the hub_server fixture set up (endpoint, token, HF_HOME and caches), for subprocesses."""
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    assert (env["HF_ENDPOINT"], env["HF_TOKEN"], env["HF_HOME"]) == (hub.url, hub.token, str(hub.hf_home))
-    assert env["HF_HUB_OFFLINE"] == "0" and env["HF_HUB_DISABLE_XET"] == "1"
-    return env
+    def repo_info(self, repo_id: str, revision: str | None = None) -> SimpleNamespace:
+        repo = self.repos[repo_id]
+        return SimpleNamespace(sha=repo.resolve(revision or "main"), private=repo.private)
 
+    def create_branch(self, repo_id: str, *, branch: str, exist_ok: bool = False) -> None:
+        self.repos[repo_id].branches.setdefault(branch, self.repos[repo_id].branches["main"])
 
-LOAD_ELSEWHERE = textwrap.dedent(
-    """
-    import sys
+    def list_repo_files(self, repo_id: str, revision: str | None = None) -> list[str]:
+        repo = self.repos[repo_id]
+        return sorted(repo.commits[repo.resolve(revision or "main")])
 
-    sys.modules["hf_vanilla"] = None  # not installed here: config, code and weights must all come from the Hub
-    import json
+    def create_commit(self, repo_id: str, *, operations, commit_message, revision=None, parent_commit=None):
+        repo, branch = self.repos[repo_id], revision or "main"
+        assert parent_commit == repo.branches[branch], "a push must commit on top of the head it listed"
+        files = dict(repo.commits[parent_commit])
+        for operation in operations:
+            if isinstance(operation, CommitOperationDelete):
+                del files[operation.path_in_repo]
+            else:
+                with operation.as_file() as handle:
+                    files[operation.path_in_repo] = handle.read()
+        if self.fail_uploads:
+            raise RuntimeError("Error while uploading 'model.safetensors' to the Hub.")
+        oid = repo.commit(branch, files, commit_message)
+        return SimpleNamespace(oid=oid, commit_url=f"{self.endpoint}/{repo_id}/commit/{oid}",
+                               repo_url=SimpleNamespace(repo_id=repo_id))
 
-    import torch
-    import transformers
-    from transformers import AutoTokenizer
-
-    try:
-        import hf_vanilla  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        raise AssertionError("hf_vanilla is importable")
-    for case in json.loads(sys.argv[1]):
-        auto = getattr(transformers, case["auto"])
-        model = auto.from_pretrained(case["repo"], revision=case["revision"], trust_remote_code=True).eval()
-        tokenizer = AutoTokenizer.from_pretrained(case["repo"], revision=case["revision"])
-        assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
-        expected = torch.load(case["expected"])
-        encoded = tokenizer(case["texts"], return_tensors="pt", padding=True)
-        for key, value in expected["encoded"].items():
-            assert torch.equal(encoded[key], value), key
-        with torch.no_grad():
-            torch.testing.assert_close(model(**expected["inputs"]).logits, expected["logits"], rtol=0, atol=0)
-            if "generated" in expected:
-                generated = model.generate(**encoded, max_new_tokens=5, do_sample=False)
-                assert torch.equal(generated, expected["generated"]), (generated, expected["generated"])
-        print("LOADED", case["repo"], case["revision"], type(model).__name__, type(model).__module__)
-    assert not [name for name, module in sys.modules.items() if name.startswith("hf_vanilla") and module]
-    print("REMOTE-OK")
-    """
-)
-
-
-def load_elsewhere(hub: HubFixture, cases: list[dict], tmp_path: Path) -> str:
-    """Load each case in a fresh Python process without hf_vanilla; it asserts exact outputs."""
-    result = subprocess.run(
-        [sys.executable, "-c", LOAD_ELSEWHERE, json.dumps(cases)],
-        capture_output=True,
-        text=True,
-        env=fixture_env(hub),
-        cwd=tmp_path,
-        timeout=180,
-    )
-    assert result.returncode == 0 and "REMOTE-OK" in result.stdout, result.stdout + result.stderr[-4000:]
-    return result.stdout
-
-
-def case(repo: str, revision: str, expected: str, auto: str = "AutoModelForCausalLM") -> dict:
-    return {"repo": repo, "revision": revision, "expected": expected, "auto": auto, "texts": TEXTS}
-
-
-def repo_state(hub: HubFixture, repo_id: str) -> tuple:
-    """Everything a failed push must leave unchanged: heads of every branch and the files at each."""
-    refs = HfApi().list_repo_refs(repo_id)
-    return tuple(
-        (branch.name, branch.target_commit, hub.server.files_at(repo_id, branch.name))
-        for branch in refs.branches
-    )
+    def files(self, repo_id: str, revision: str = "main") -> dict[str, bytes]:
+        repo = self.repos[repo_id]
+        return repo.commits[repo.resolve(revision)]
 
 
 # --------------------------------------------------------------------------------------------------
-# Pushing and loading elsewhere
+# What a push uploads (fake HfApi)
 # --------------------------------------------------------------------------------------------------
 
 
-def test_push_run_shares_a_training_run_in_one_commit_and_it_loads_without_hf_vanilla(
-    hub_server: HubFixture, trained_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_a_push_uploads_only_what_loading_needs_and_names_what_it_left(
+    trained_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    api = HfApi()
-    repo_id = hub_server.repo_id("tiny-clm")
-    assert not api.repo_exists(repo_id)
+    run = copy_run(trained_run, tmp_path / "run")
+    for name, secret in SECRETS.items():
+        (run / name).write_text(secret)
+    (run / "notes.txt").write_text("how this run went\n")
+    (run / "extra").mkdir()
+    (run / "extra" / "eval.jsonl").write_text('{"ok": 1}\n')
+    api = FakeHfApi()
 
-    commit = push_run(trained_run, repo_id)
+    result = push_run(run, "tester/tiny-clm", api=api)
 
-    # One commit on top of the repo's initial one, holding the run and none of what stays local.
-    assert hub_server.server.commit_count(repo_id) == 2 and hub_server.server.head(repo_id) == commit.oid
-    files = hub_server.server.files_at(repo_id)
-    assert sorted(files) == SHARED_RUN_FILES
-    for name in SHARED_RUN_FILES[2:]:
-        assert files[name] == (trained_run / name).read_bytes(), name
-    assert (
-        json.loads(files["config.json"])["auto_map"]["AutoModelForCausalLM"]
-        == "modeling_vanilla.VanillaForCausalLM"
-    )
-    tree = {entry.path: entry for entry in api.list_repo_tree(repo_id)}
-    assert tree["model.safetensors"].lfs is not None  # weights go through LFS, like on the Hub
+    files = api.files("tester/tiny-clm")
+    assert sorted(files) == [".gitattributes", *SHARED_RUN_FILES] == [".gitattributes", *result.uploaded]
+    assert all(files[name] == (run / name).read_bytes() for name in ("model.safetensors", "run.json"))
+    assert not [name for name, content in files.items() if b"SECRET" in content]
+    assert result.skipped == sorted([
+        *SECRETS, "checkpoint-1/", "checkpoint-2/", "extra/", "notes.txt", "trainer_state.json",
+        "training_args.bin",
+    ])  # fmt: skip
+    assert len(api.repos["tester/tiny-clm"].commits) == 2  # the repo's initial commit and ONE push
 
-    # The run's own card, rebuilt to name the repo (title, loading snippet); it parses, metadata complete.
-    card = ModelCard(files["README.md"].decode())
-    assert card.content != (trained_run / "README.md").read_text()
-    assert (
-        f"# {repo_id}" in card.text and f'from_pretrained("{repo_id}", trust_remote_code=True)' in card.text
-    )
-    data = card.data.to_dict()
-    assert data["library_name"] == "transformers" and data["pipeline_tag"] == "text-generation"
-    assert {"hf_vanilla", "custom_code"} <= set(data["tags"]) and data["license"] == "apache-2.0"
-    assert data["model-index"][0]["name"] == repo_id
-    assert [m["type"] for m in data["model-index"][0]["results"][0]["metrics"]] == ["perplexity", "accuracy"]
-    assert "![Training and validation loss](curves.png)" in card.text
-
-    # Another checkpoint to a new branch through the CLI, saved without its code or auto_map (as through a
-    # wrapper that bypasses save_pretrained): the push restores both. main does not move.
-    second = copy_run(trained_run, tmp_path / "second", seed=1)
-    config = json.loads((second / "config.json").read_text())
-    del config["auto_map"]
-    (second / "config.json").write_text(json.dumps(config))
-    for code in second.glob("*.py"):
-        code.unlink()
-    argv = ["push", str(second), repo_id, "--revision", "v2", "--commit-message", "Second checkpoint"]
-    assert cli.main(argv) == 0
-    assert f"{repo_id}@v2" in capsys.readouterr().out
-    assert hub_server.server.head(repo_id) == commit.oid
-    v2 = hub_server.server.files_at(repo_id, "v2")
-    assert sorted(v2) == SHARED_RUN_FILES and v2["model.safetensors"] != files["model.safetensors"]
-    assert json.loads(v2["config.json"])["auto_map"] == json.loads(files["config.json"])["auto_map"]
-    assert [c.title for c in api.list_repo_commits(repo_id, revision="v2")][:1] == ["Second checkpoint"]
-
-    tokenizer = AutoTokenizer.from_pretrained(trained_run)
-    first_out = expected_outputs(
-        hv.VanillaForCausalLM.from_pretrained(trained_run), tokenizer, tmp_path / "1.pt"
-    )
-    second_out = expected_outputs(hv.VanillaForCausalLM.from_pretrained(second), tokenizer, tmp_path / "2.pt")
-    out = load_elsewhere(
-        hub_server,
-        [
-            case(repo_id, "main", first_out),
-            case(repo_id, commit.oid, first_out),
-            case(repo_id, "v2", second_out),
-        ],
-        tmp_path,
-    )
-    assert out.count("VanillaForCausalLM transformers_modules.") == 3
+    # Anything else goes up only when named: a file or a folder; never a pickle, nothing outside the folder.
+    monkeypatch.setattr(huggingface_hub, "HfApi", lambda token=None: api)
+    assert cli.main(["push", str(run), "tester/tiny-clm", "--include", "notes.txt", "--include", "extra"]) == 0
+    out = capsys.readouterr().out
+    assert "left local" in out and "id_rsa" in out and "notes.txt" not in out.split("left local")[1]
+    files = api.files("tester/tiny-clm")
+    assert files["notes.txt"] == b"how this run went\n" and files["extra/eval.jsonl"] == b'{"ok": 1}\n'
+    assert not [name for name, content in files.items() if b"SECRET" in content]
+    with pytest.raises(ValueError, match=r"pickled files \(training_args.bin\)"):
+        plan_upload(run, include=["training_args.bin"])
+    with pytest.raises(ValueError, match="pickled files"):
+        plan_upload(run, include=["checkpoint-1"])
+    with pytest.raises(ValueError, match="not a file or folder inside"):
+        plan_upload(run, include=["../run/../.."])
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        plan_upload(run, include=["no-such-file"])
 
 
-def test_push_to_hub_on_models_and_tokenizers_as_transformers_does_it(
-    hub_server: HubFixture, tmp_path: Path
-) -> None:
-    api = HfApi()
-    repo_id = hub_server.repo_id("tiny-seq2seq")
-    first, second = (
-        tiny_model("encoder-decoder", "relative", seed=0),
-        tiny_model("encoder-decoder", "relative", seed=1),
-    )
-    tokenizer = tiny_tokenizer("encoder-decoder")
-
-    first.push_to_hub(repo_id)
-    tokenizer.push_to_hub(repo_id)
-    second.push_to_hub(repo_id, revision="dev", commit_message="dev weights")  # creates the branch
-    tokenizer.push_to_hub(repo_id, revision="dev")
-    files = api.list_repo_files(repo_id, revision="dev")
-    for name in (
-        "config.json",
-        "generation_config.json",
-        "model.safetensors",
-        "modeling_vanilla.py",
-        "configuration_vanilla.py",
-        "positional.py",
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "README.md",
-    ):
-        assert name in files, name
-    assert json.loads(hub_server.server.files_at(repo_id)["config.json"])["auto_map"]["AutoModelForSeq2SeqLM"]
-
-    # save_pretrained(push_to_hub=True) names the repo after the folder, keeps the folder's other files, and
-    # uploads exactly what this save wrote.
-    local = tmp_path / "tiny-decoder"
-    local.mkdir()
-    (local / "notes.txt").write_text("stays local\n")
-    decoder = tiny_model("decoder", "rope", seed=2)
-    decoder.save_pretrained(local, push_to_hub=True)
-    decoder_repo = hub_server.repo_id("tiny-decoder")
-    assert (local / "notes.txt").is_file()
-    uploaded = set(api.list_repo_files(decoder_repo)) - {".gitattributes"}
-    assert uploaded == {p.name for p in local.iterdir()} - {"notes.txt"}
-    decoder_tokenizer = tiny_tokenizer("decoder")
-    decoder_tokenizer.push_to_hub(decoder_repo)
-
-    out = load_elsewhere(
-        hub_server,
-        [
-            case(
-                repo_id,
-                "main",
-                expected_outputs(first, tokenizer, tmp_path / "1.pt"),
-                "AutoModelForSeq2SeqLM",
-            ),
-            case(
-                repo_id,
-                "dev",
-                expected_outputs(second, tokenizer, tmp_path / "2.pt"),
-                "AutoModelForSeq2SeqLM",
-            ),
-            case(decoder_repo, "main", expected_outputs(decoder, decoder_tokenizer, tmp_path / "3.pt")),
-        ],
-        tmp_path,
-    )
-    assert out.count("transformers_modules.") == 3
-
-
-# --------------------------------------------------------------------------------------------------
-# Failures change nothing
-# --------------------------------------------------------------------------------------------------
-
-
-def test_a_refused_token_is_a_clear_error_and_creates_nothing(
-    hub_server: HubFixture, trained_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    api = HfApi()
-    repo_id = hub_server.repo_id("never-created")
-    with pytest.raises(
-        PermissionError, match=r"refused the push to .*401: the token is invalid or expired.*HF_TOKEN"
-    ):
-        push_run(trained_run, repo_id, token=hub_server.bad_token)
-    assert cli.main(["push", str(trained_run), repo_id, "--token", hub_server.bad_token]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("hf-vanilla push: The Hub at") and "401" in err and "Traceback" not in err
-    assert not api.repo_exists(repo_id)
-
-    # A read-only token on an existing repo: refused at the commit, which never happens.
-    existing = api.create_repo("read-only").repo_id
-    before = repo_state(hub_server, existing)
-    with pytest.raises(PermissionError, match="403: the token cannot write there"):
-        push_run(trained_run, existing, token=hub_server.read_token)
-    assert repo_state(hub_server, existing) == before
-
-    # transformers' push creates the repo before writing any weights: a bad token leaves no repo, and the local
-    # folder exactly as a built-in model leaves it.
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    model = tiny_model("decoder")
-    with pytest.raises(HfHubHTTPError) as refused:
-        model.push_to_hub(repo_id, token=hub_server.bad_token)
-    assert refused.value.response.status_code == 401
-    builtin = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
-                                           num_attention_heads=2))
-    for name, saved in (("ours", model), ("builtin", builtin)):
-        with pytest.raises(HfHubHTTPError):
-            saved.save_pretrained(tmp_path / name / "never-created", push_to_hub=True, token=hub_server.bad_token)
-    assert not api.repo_exists(repo_id)
-    leftovers = {name: sorted(p.name for p in (tmp_path / name).rglob("*")) for name in ("ours", "builtin")}
-    assert leftovers["ours"] == leftovers["builtin"]
-
-
-def test_loading_a_missing_repo_or_revision_fails_clearly(hub_server: HubFixture) -> None:
-    missing = hub_server.repo_id("does-not-exist")
-    with pytest.raises(OSError, match=f"{missing} is not a local folder and is not a valid model identifier"):
-        AutoModelForCausalLM.from_pretrained(missing, trust_remote_code=True)
-    with pytest.raises(OSError, match=missing):
-        AutoTokenizer.from_pretrained(missing)
-    tiny_model("decoder").push_to_hub(hub_server.repo_id("present"))
-    with pytest.raises(OSError, match="no-such-branch"):
-        AutoModelForCausalLM.from_pretrained(
-            hub_server.repo_id("present"), revision="no-such-branch", trust_remote_code=True
-        )
-
-
-def test_an_upload_cut_off_midway_commits_nothing_and_keeps_the_local_save(
-    hub_server: HubFixture,
-    trained_run: Path,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    repo_id = hub_server.repo_id("cut-off")
-    push_run(trained_run, repo_id)
-    push_run(copy_run(trained_run, tmp_path / "dev"), repo_id, revision="dev")
-    before = repo_state(hub_server, repo_id)
-    update = copy_run(trained_run, tmp_path / "update", seed=3)
-
-    # Every LFS upload is cut off halfway; the client gives up at once instead of retrying for 20 s.
-    hub_server.server.cut_off_next_lfs_uploads(100)
-    retrying = huggingface_hub.lfs.http_backoff
-    monkeypatch.setattr(huggingface_hub.lfs, "http_backoff", functools.partial(retrying, max_retries=0))
-    with pytest.raises(RuntimeError, match="Error while uploading"):
-        push_run(update, repo_id, revision="dev")
-    assert cli.main(["push", str(update), repo_id, "--revision", "dev"]) == 1
-    err = capsys.readouterr().err
-    assert (
-        "hf-vanilla push: Error while uploading" in err
-        and "Nothing was committed; run the push again." in err
-    )
-    assert repo_state(hub_server, repo_id) == before
-
-    # transformers' push saves first and uploads after: the upload fails, the new checkpoint is on disk
-    # (complete and loadable) and the repo has not moved.
-    model = tiny_model("decoder", seed=4)
-    local = tmp_path / "local-save"
-    with pytest.raises(RuntimeError, match="Error while uploading"):
-        model.save_pretrained(local, push_to_hub=True, repo_id=repo_id)
-    reloaded = hv.VanillaForCausalLM.from_pretrained(local)
-    assert same_weights(reloaded, model)
-    assert repo_state(hub_server, repo_id) == before
-
-    # Once the Hub answers again, the same push goes through, whole.
-    hub_server.server.cut_off_next_lfs_uploads(0)
-    monkeypatch.setattr(huggingface_hub.lfs, "http_backoff", retrying)
-    push_run(update, repo_id, revision="dev")
-    assert (
-        hub_server.server.files_at(repo_id, "dev")["model.safetensors"]
-        == (update / "model.safetensors").read_bytes()
-    )
-
-
-def test_a_push_killed_midway_leaves_nothing_half_committed(
-    hub_server: HubFixture, trained_run: Path, tmp_path: Path
-) -> None:
-    repo_id = hub_server.repo_id("killed")
-    push_run(trained_run, repo_id)
-    before = repo_state(hub_server, repo_id)
-    update = copy_run(trained_run, tmp_path / "update", seed=5)
-    requests_before = len(hub_server.server.requests)
-
-    # The storage origin drops every LFS upload halfway; the client backs off and retries, and is killed
-    # while it waits, as by Ctrl-C, a lost SSH session or the OOM killer.
-    hub_server.server.cut_off_next_lfs_uploads(100)
-    log = (tmp_path / "push.log").open("w")
-    push = subprocess.Popen(
-        [sys.executable, "-m", "hf_vanilla.cli", "push", str(update), repo_id],
-        env=fixture_env(hub_server),
-        cwd=REPO_ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not any(
-            r.origin == "storage" and r.status == "aborted"
-            for r in hub_server.server.requests[requests_before:]
-        ):
-            assert push.poll() is None, (tmp_path / "push.log").read_text()
-            assert time.monotonic() < deadline, "the push never reached the LFS upload"
-            time.sleep(0.02)
-    finally:
-        push.send_signal(signal.SIGKILL)
-        push.wait()
-        log.close()
-    hub_server.server.cut_off_next_lfs_uploads(0)
-
-    assert repo_state(hub_server, repo_id) == before
-    assert not hub_server.server.pending_upload_files()
-    assert not any(
-        r.method == "POST" and "/commit/" in r.path for r in hub_server.server.requests[requests_before:]
-    )
-    push_run(update, repo_id)  # the rerun finishes the job
-    assert (
-        hub_server.server.files_at(repo_id)["model.safetensors"]
-        == (update / "model.safetensors").read_bytes()
-    )
-
-
-# --------------------------------------------------------------------------------------------------
-# What a push uploads
-# --------------------------------------------------------------------------------------------------
-
-
-def test_a_new_push_replaces_the_whole_checkpoint(hub_server: HubFixture, tmp_path: Path) -> None:
-    repo_id = hub_server.repo_id("reshard")
+def test_a_push_restores_code_and_auto_map_and_replaces_the_whole_checkpoint(tmp_path: Path) -> None:
+    api = FakeHfApi()
     sharded, single = tmp_path / "sharded", tmp_path / "single"
     tiny_model("decoder", seed=0).save_pretrained(sharded, max_shard_size="40KB")
     assert len(list(sharded.glob("model-*.safetensors"))) > 1
-    push_run(sharded, repo_id)
-    model = tiny_model("decoder", seed=1)
-    model.save_pretrained(single)
-    push_run(single, repo_id)
+    push_run(sharded, "reshard", api=api)  # a bare name lands in the token's namespace
+
+    # Another checkpoint saved without code or auto_map (through a wrapper), to a new branch: main stays.
+    tiny_model("decoder", seed=1).save_pretrained(single)
+    config = json.loads((single / "config.json").read_text())
+    del config["auto_map"]
+    (single / "config.json").write_text(json.dumps(config))
+    for code in single.glob("*.py"):
+        code.unlink()
+    main_head = api.repos["tester/reshard"].branches["main"]
+    push_run(single, "tester/reshard", revision="v2", api=api)
+    assert api.repos["tester/reshard"].branches["main"] == main_head
+    v2 = api.files("tester/reshard", "v2")
+    assert json.loads(v2["config.json"])["auto_map"]["AutoModelForCausalLM"] == "modeling_vanilla.VanillaForCausalLM"
+    assert all(v2[name] == (REPO_ROOT / "hf_vanilla" / name).read_bytes() for name in CODE)
     # The old shards and their index went in the same commit: nothing can load the old weights by mistake.
-    assert [f for f in HfApi().list_repo_files(repo_id) if "safetensors" in f] == ["model.safetensors"]
-    assert hub_server.server.commit_count(repo_id) == 3
-    reloaded = AutoModelForCausalLM.from_pretrained(repo_id)
-    assert type(reloaded) is hv.VanillaForCausalLM  # hf_vanilla imported: its classes, no remote code needed
-    assert same_weights(reloaded, model)
+    assert [name for name in v2 if "safetensors" in name] == ["model.safetensors"]
 
 
-def test_model_cards_edited_kept_rebuilt_or_minimal(
-    hub_server: HubFixture, trained_run: Path, tmp_path: Path
+def test_a_failed_upload_commits_nothing_and_says_so(
+    trained_run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    api = FakeHfApi()
+    push_run(trained_run, "tester/cut-off", api=api)
+    before = dict(api.repos["tester/cut-off"].branches)
+    api.fail_uploads = True
+    monkeypatch.setattr(huggingface_hub, "HfApi", lambda token=None: api)
+    assert cli.main(["push", str(trained_run), "tester/cut-off"]) == 1
+    err = capsys.readouterr().err
+    assert "hf-vanilla push: Error while uploading" in err and "Nothing was committed; run the push again." in err
+    assert api.repos["tester/cut-off"].branches == before
+
+
+def test_model_cards_edited_kept_rebuilt_or_from_the_one_template(trained_run: Path, tmp_path: Path) -> None:
     run = copy_run(trained_run, tmp_path / "edited")
     edited = (run / "README.md").read_text() + "\nHand-written notes.\n"
     (run / "README.md").write_text(edited)
     assert model_card_text(run, "someone/edited") == edited  # an edited card is never replaced silently
     rebuilt = model_card_text(run, "someone/edited", rebuild_card=True)
-    assert "Hand-written notes" not in rebuilt and 'from_pretrained("someone/edited"' in rebuilt
+    assert "Hand-written notes" not in rebuilt and 'from_pretrained("someone/edited", trust_remote_code=True)' in rebuilt
 
-    # A bare save_pretrained folder: no run files, no card. A minimal valid card names the repo; a bare
-    # repo name lands in the token's namespace, and the card says so.
+    # A bare save_pretrained folder: no run files, no card. The package's template without the training
+    # sections; a bare repo name lands in the token's namespace, and the card says so.
+    api = FakeHfApi()
     bare = tmp_path / "bare"
     tiny_model("encoder").save_pretrained(bare)
     tiny_tokenizer("encoder").save_pretrained(bare)
-    push_run(bare, "bare-encoder", private=True)
-    repo_id = hub_server.repo_id("bare-encoder")
-    assert HfApi().repo_info(repo_id).private is True
-    card = ModelCard(hub_server.server.files_at(repo_id)["README.md"].decode())
+    push_run(bare, "bare-encoder", private=True, api=api)
+    assert api.repos["tester/bare-encoder"].private
+    card = ModelCard(api.files("tester/bare-encoder")["README.md"].decode())
     assert card.data.library_name == "transformers" and "custom_code" in card.data.tags
-    assert f'AutoModelForMaskedLM.from_pretrained("{repo_id}", trust_remote_code=True)' in card.text
+    assert 'AutoModelForMaskedLM.from_pretrained("tester/bare-encoder", trust_remote_code=True)' in card.text
+    assert "## Architecture" in card.text and "## Training data" not in card.text and "## Citation" in card.text
 
     # Refused before anything is created: a card whose metadata does not parse, a folder without weights,
     # a private push to a public repo.
     broken = copy_run(trained_run, tmp_path / "broken")
     (broken / "README.md").write_text("---\nlicense: [unclosed\n---\n# card\n")
     with pytest.raises(ValueError, match="model card"):
-        push_run(broken, hub_server.repo_id("broken"))
+        push_run(broken, "tester/broken", api=api)
     (broken / "model.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match="no safetensors weights"):
-        push_run(broken, hub_server.repo_id("broken"))
-    assert not HfApi().repo_exists(hub_server.repo_id("broken"))
-    public = HfApi().create_repo("public").repo_id
+        push_run(broken, "tester/broken", api=api)
+    assert "tester/broken" not in api.repos
+    api.create_repo("tester/public", exist_ok=True)
     with pytest.raises(PermissionError, match="public"):
-        push_run(bare, public, private=True)
-    assert hub_server.server.commit_count(public) == 1
+        push_run(bare, "tester/public", private=True, api=api)
+    assert len(api.repos["tester/public"].commits) == 1
+
+
+def test_the_one_card_template_ships_in_the_wheel(tmp_path: Path) -> None:
+    """An installed wheel renders the same card as the repository: the template is package data."""
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path),
+         str(REPO_ROOT)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr[-3000:]
+    (wheel,) = tmp_path.glob("hf_vanilla-*.whl")
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        assert archive.read("hf_vanilla/model_card.md") == (REPO_ROOT / "hf_vanilla" / "model_card.md").read_bytes()
+        archive.extractall(site)
+    render = textwrap.dedent(
+        """
+        import sys
+        from hf_vanilla import card
+        assert card.__file__.startswith(sys.argv[1]), card.__file__
+        text = str(card.build_saved_model_card({"architecture": "decoder", "hidden_size": 8,
+                   "auto_map": {"AutoModelForCausalLM": "modeling_vanilla.VanillaForCausalLM"}}, "me/m"))
+        print(text)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    result = subprocess.run([sys.executable, "-c", render, str(site)], capture_output=True, text=True, env=env,
+                            cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "## Architecture" in result.stdout and "@inproceedings{vaswani2017attention" in result.stdout
+
+
+# --------------------------------------------------------------------------------------------------
+# End to end: the real client against a local Hub, loading where hf_vanilla is absent
+# --------------------------------------------------------------------------------------------------
+
+LOAD_ELSEWHERE = textwrap.dedent(
+    """
+    import json, sys
+
+    sys.modules["hf_vanilla"] = None  # not installed here: config, code and weights must all come from the repo
+    import torch
+    import transformers
+    from transformers import AutoTokenizer
+
+    for case in json.loads(sys.argv[1]):
+        auto = getattr(transformers, case["auto"])
+        model = auto.from_pretrained(case["path"], trust_remote_code=True).eval()
+        tokenizer = AutoTokenizer.from_pretrained(case["path"], trust_remote_code=True)
+        assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
+        expected = torch.load(case["expected"])
+        encoded = tokenizer(case["texts"], return_tensors="pt", padding=True)
+        for key, value in expected["encoded"].items():
+            assert torch.equal(encoded[key], value), key
+        with torch.no_grad():
+            torch.testing.assert_close(model(**encoded).logits, expected["logits"], rtol=0, atol=0)
+            generated = model.generate(**encoded, max_new_tokens=5, do_sample=False)
+        assert torch.equal(generated, expected["generated"]), (generated, expected["generated"])
+        print("LOADED", case["path"])
+    exec(sys.argv[2])  # the pushed card's own loading snippet
+    assert not [name for name, module in sys.modules.items() if name.startswith("hf_vanilla") and module]
+    print("REMOTE-OK")
+    """
+)
+
+
+def hub_env(hub: LocalHub, home: Path, token: str = TOKEN) -> dict[str, str]:
+    """A client process pointed at the local Hub: set before huggingface_hub is imported, so nothing is patched."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "HUGGING"))}
+    return {**env, "HF_ENDPOINT": hub.url, "HF_TOKEN": token, "HF_HOME": str(home), "HF_HUB_DISABLE_XET": "1",
+            "HF_HUB_OFFLINE": "0", "HF_HUB_DISABLE_TELEMETRY": "1"}  # fmt: skip
+
+
+def expected_outputs(folder: Path, path: Path) -> str:
+    """What the saved model computes here (tokens, logits, greedy continuation), for the fresh process."""
+    model = hv.VanillaForCausalLM.from_pretrained(folder).eval()
+    encoded = dict(AutoTokenizer.from_pretrained(folder)(TEXTS, return_tensors="pt", padding=True))
+    with torch.no_grad():
+        logits = model(**encoded).logits
+        generated = model.generate(**encoded, max_new_tokens=5, do_sample=False)
+    torch.save({"encoded": encoded, "logits": logits, "generated": generated}, path)
+    return str(path)
+
+
+def test_push_and_load_elsewhere_through_the_real_client_without_a_prompt(
+    trained_run: Path, tmp_path: Path
+) -> None:
+    run = copy_run(trained_run, tmp_path / "tiny-clm")
+    (run / "token").write_text(SECRETS["token"])
+    push = [sys.executable, "-m", "hf_vanilla.cli", "push", str(run), f"{USER}/tiny-clm"]
+    with LocalHub() as hub:
+        refused = subprocess.run(push, capture_output=True, text=True, env=hub_env(hub, tmp_path / "h", "hf_bad"),
+                                 cwd=REPO_ROOT, timeout=300)  # fmt: skip
+        assert refused.returncode == 1 and "401" in refused.stderr and "Traceback" not in refused.stderr
+        assert not hub.repos  # a refused token creates nothing
+
+        pushed = subprocess.run(push, capture_output=True, text=True, env=hub_env(hub, tmp_path / "h"),
+                                cwd=REPO_ROOT, timeout=300)  # fmt: skip
+        assert pushed.returncode == 0, pushed.stderr[-3000:]
+        assert "left local" in pushed.stdout and "token" in pushed.stdout
+        files = hub.files_at(f"{USER}/tiny-clm")
+        assert sorted(files) == [".gitattributes", *SHARED_RUN_FILES] and len(hub.repos[f"{USER}/tiny-clm"].commits) == 2
+        assert files["model.safetensors"] == (run / "model.safetensors").read_bytes()
+
+        card = ModelCard(files["README.md"].decode())
+        (snippet,) = re.findall(r"```python\n(.*?)```", card.text, flags=re.DOTALL)
+        expected = expected_outputs(run, tmp_path / "expected.pt")
+        cases = [
+            {"path": f"{USER}/tiny-clm", "auto": "AutoModelForCausalLM", "expected": expected, "texts": TEXTS},
+            {"path": str(run), "auto": "AutoModelForCausalLM", "expected": expected, "texts": TEXTS},
+        ]
+        env = {key: value for key, value in hub_env(hub, tmp_path / "h").items() if key != "PYTHONPATH"}
+        loaded = subprocess.run([sys.executable, "-c", LOAD_ELSEWHERE, json.dumps(cases), snippet], env=env,
+                                stdin=subprocess.DEVNULL, capture_output=True, text=True, cwd=tmp_path, timeout=300)  # fmt: skip
+        assert hub.unknown == []  # every request the client made is one this Hub serves
+    output = loaded.stdout + loaded.stderr
+    assert loaded.returncode == 0 and "REMOTE-OK" in loaded.stdout, output[-4000:]
+    assert loaded.stdout.count("LOADED") == 2
+    assert "Do you wish to run the custom code" not in output and "custom code" not in output
