@@ -3,7 +3,7 @@
 A pushed repo loads anywhere with ``trust_remote_code=True``, without hf_vanilla installed: ``config.json``
 carries ``auto_map`` and the code files (``configuration_vanilla.py``, ``modeling_vanilla.py``,
 ``positional.py``, ``linear.py``) travel with the weights. ``model.push_to_hub(...)`` (transformers' own) does this for a
-model alone; :func:`push_run` shares a whole run directory (see :mod:`hf_vanilla.train`): weights, config,
+model alone; :func:`push_run` shares a whole run directory (see :mod:`hf_vanilla.training`): weights, config,
 code, tokenizer, generation config, ``run.json`` / ``metrics.json`` / ``curves.png`` and the model card.
 
 Everything goes up in ONE commit: either the repo moves to a complete new checkpoint, or (rejected token,
@@ -204,7 +204,7 @@ def push_run(
     operations: dict[str, Any] = {name: path for name, path in files.items()}
     if patched_config is not None:
         operations["config.json"] = (json.dumps(patched_config, indent=2, sort_keys=True) + "\n").encode()
-    from .train import code_files
+    from .checkpoint import code_files
 
     for source in code_files():  # code already in the folder is the code the weights were trained with: kept
         operations.setdefault(source.name, source)

@@ -48,7 +48,7 @@ SHARED_RUN_FILES = [
 def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real (tiny, 2-step) causal LM training run: model, tokenizer, run.json, metrics, curves, card and
     the things that must stay local (checkpoint-N/, training_args.bin)."""
-    from hf_vanilla import train
+    from hf_vanilla.training import train
 
     root = tmp_path_factory.mktemp("hub-run")
     words = "the king queen crown sword castle night day love war peace speak hear see thou thee".split()
@@ -61,7 +61,7 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         )
         data.append(f"{split}={path}")
     run_dir = root / "tiny-clm"
-    train.train(
+    train(
         "clm",
         run_dir,
         data_files=data,
