@@ -622,3 +622,14 @@ def test_cli_help_imports_no_torch():
         imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time")}
         assert "hf_vanilla.cli" in imported and "torch" not in imported, argv
     assert "examples:" in proc.stdout and "(default: small)" in " ".join(proc.stdout.split())
+
+
+def test_training_package_reads_in_small_pieces():
+    """The issue's bar for the redesign: no function of hf_vanilla/training over 80 lines."""
+    import ast
+
+    root = Path(T.__file__).parent
+    lengths = {f"{path.relative_to(root)}:{node.name}": node.end_lineno - node.lineno + 1
+               for path in root.rglob("*.py") for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
+    assert len(lengths) > 50 and max(lengths.values()) < 80, max(lengths, key=lengths.get)

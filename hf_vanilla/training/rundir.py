@@ -46,6 +46,7 @@ def check_output_dir(run_dir: Path, resume: str | None, overwrite: bool) -> None
 
 def lock_path(run_dir: Path) -> Path:
     """The lock sits beside the run directory, so replacing the directory never moves it."""
+    run_dir = run_dir.resolve()
     return run_dir.parent / f".{run_dir.name}.lock"
 
 
