@@ -1,49 +1,74 @@
-"""hf_vanilla: the transformer of "Attention Is All You Need" as first-class Hugging Face models."""
+"""hf_vanilla: the transformer of "Attention Is All You Need" as first-class Hugging Face models.
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForCausalLM,
-    AutoModelForMaskedLM,
-    AutoModelForQuestionAnswering,
-    AutoModelForSeq2SeqLM,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-)
+``import hf_vanilla`` registers the classes with transformers' Auto classes (``AutoConfig``,
+``AutoModelForCausalLM``, ...), so a saved model loads without ``trust_remote_code``. The public names
+below load on first use.
+"""
 
-from .configuration_vanilla import PRESETS, VanillaConfig
-from .modeling_vanilla import (
-    VanillaForCausalLM,
-    VanillaForMaskedLM,
-    VanillaForQuestionAnswering,
-    VanillaForSeq2SeqLM,
-    VanillaForSequenceClassification,
-    VanillaForTokenClassification,
-    VanillaModel,
-    VanillaPreTrainedModel,
-)
+import importlib
+import sys
+from pathlib import Path
 
 __version__ = "0.1.0"
 
-# Local registration makes AutoModel* find the classes when hf_vanilla is imported; `register_for_auto_class`
-# makes every save_pretrained write `auto_map` and copy the code, so `trust_remote_code=True` loads it elsewhere.
-AutoConfig.register(VanillaConfig.model_type, VanillaConfig, exist_ok=True)
-VanillaConfig.register_for_auto_class()
-for _auto, _model in (
-    (AutoModel, VanillaModel),
-    (AutoModelForCausalLM, VanillaForCausalLM),
-    (AutoModelForMaskedLM, VanillaForMaskedLM),
-    (AutoModelForSeq2SeqLM, VanillaForSeq2SeqLM),
-    (AutoModelForSequenceClassification, VanillaForSequenceClassification),
-    (AutoModelForTokenClassification, VanillaForTokenClassification),
-    (AutoModelForQuestionAnswering, VanillaForQuestionAnswering),
-):
-    _auto.register(VanillaConfig, _model, exist_ok=True)
-    _model.register_for_auto_class(_auto.__name__)
+#: Public name -> the submodule that defines it.
+_PUBLIC = {
+    "PRESETS": "configuration_vanilla",
+    "VanillaConfig": "configuration_vanilla",
+    **{name: "modeling_vanilla" for name in (
+        "VanillaPreTrainedModel", "VanillaModel", "VanillaForCausalLM", "VanillaForMaskedLM", "VanillaForSeq2SeqLM",
+        "VanillaForSequenceClassification", "VanillaForTokenClassification", "VanillaForQuestionAnswering")},
+}
+
+__all__ = list(_PUBLIC)
 
 
+def __getattr__(name: str):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
+    globals()[name] = value
+    return value
 
-def _register_peft_defaults() -> None:
+
+def register() -> None:
+    """Register the classes with the Auto classes (idempotent). ``import hf_vanilla`` calls it, except in
+    the ``hf-vanilla`` command, which calls it once a subcommand runs (so ``hf-vanilla --help`` imports no torch).
+
+    Local registration makes AutoModel* find the classes; ``register_for_auto_class`` makes every
+    ``save_pretrained`` write ``auto_map`` and copy the code, so ``trust_remote_code=True`` loads it elsewhere.
+    """
+    from transformers import (
+        AutoConfig,
+        AutoModel,
+        AutoModelForCausalLM,
+        AutoModelForMaskedLM,
+        AutoModelForQuestionAnswering,
+        AutoModelForSeq2SeqLM,
+        AutoModelForSequenceClassification,
+        AutoModelForTokenClassification,
+    )
+
+    from . import modeling_vanilla as mv
+    from .configuration_vanilla import VanillaConfig
+
+    AutoConfig.register(VanillaConfig.model_type, VanillaConfig, exist_ok=True)
+    VanillaConfig.register_for_auto_class()
+    for auto, model in (
+        (AutoModel, mv.VanillaModel),
+        (AutoModelForCausalLM, mv.VanillaForCausalLM),
+        (AutoModelForMaskedLM, mv.VanillaForMaskedLM),
+        (AutoModelForSeq2SeqLM, mv.VanillaForSeq2SeqLM),
+        (AutoModelForSequenceClassification, mv.VanillaForSequenceClassification),
+        (AutoModelForTokenClassification, mv.VanillaForTokenClassification),
+        (AutoModelForQuestionAnswering, mv.VanillaForQuestionAnswering),
+    ):
+        auto.register(VanillaConfig, model, exist_ok=True)
+        model.register_for_auto_class(auto.__name__)
+    _register_peft_defaults(VanillaConfig.model_type)
+
+
+def _register_peft_defaults(model_type: str) -> None:
     """Tell PEFT which modules LoRA adapts by default, so `LoraConfig()` needs no `target_modules`."""
     import importlib.util
 
@@ -51,20 +76,8 @@ def _register_peft_defaults() -> None:
         return
     from peft.utils import constants
 
-    constants.TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.setdefault(VanillaConfig.model_type, ["q_proj", "v_proj"])
+    constants.TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.setdefault(model_type, ["q_proj", "v_proj"])
 
 
-_register_peft_defaults()
-
-__all__ = [
-    "PRESETS",
-    "VanillaConfig",
-    "VanillaPreTrainedModel",
-    "VanillaModel",
-    "VanillaForCausalLM",
-    "VanillaForMaskedLM",
-    "VanillaForSeq2SeqLM",
-    "VanillaForSequenceClassification",
-    "VanillaForTokenClassification",
-    "VanillaForQuestionAnswering",
-]
+if Path(sys.argv[0]).name != "hf-vanilla":  # the console script registers when a subcommand runs
+    register()

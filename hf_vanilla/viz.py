@@ -787,6 +787,41 @@ def plot_attention_cost(
     return _finish(Picture(figure, data), path)
 
 
+def training_curves(log_history: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
+    """Training loss and validation loss against optimizer step, from a Trainer's ``log_history``.
+
+    Validation points are the periodic evaluations (``eval_loss``) and the run's final evaluation
+    (``validation_loss``), so the curve ends where the run ended.
+    """
+    train = [(e["step"], e["loss"]) for e in log_history if "loss" in e and "step" in e]
+    evals = {e["step"]: e[key] for e in log_history for key in ("eval_loss", "validation_loss")
+             if key in e and "step" in e}
+    return {"train_step": np.array([s for s, _ in train]), "train_loss": np.array([v for _, v in train]),
+            "eval_step": np.array(sorted(evals)), "eval_loss": np.array([evals[s] for s in sorted(evals)])}
+
+
+def plot_training_curves(log_history: Sequence[Mapping[str, Any]], task: str = "",
+                         baseline: Mapping[str, Any] | None = None, path: str | Path | None = None) -> Picture:
+    """Loss curves of a training run, with the unigram baseline's level when there is one."""
+    data = training_curves(log_history)
+    figure = _new_figure(7, 4.2)
+    ax = figure.add_subplot()
+    if len(data["train_step"]):
+        ax.plot(data["train_step"], data["train_loss"], label="training loss", lw=1.2)
+    if len(data["eval_step"]):
+        ax.plot(data["eval_step"], data["eval_loss"], "o-", label="validation loss", lw=1.5)
+    ppl = (baseline or {}).get("validation_perplexity")
+    if ppl:
+        data["baseline_loss"] = np.array(math.log(ppl))
+        ax.axhline(math.log(ppl), color="grey", ls="--", lw=1, label=f"unigram baseline (ppl {ppl:.0f})")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("cross-entropy (nats per token)" if task in ("clm", "mlm", "translation") else "loss")
+    ax.set_title(f"hf_vanilla {task}: loss curves" if task else "loss curves")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _finish(Picture(figure, data), path)
+
+
 # ----------------------------------------------------------------------------------------------
 # Command line
 

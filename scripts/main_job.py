@@ -35,7 +35,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import hf_vanilla  # noqa: F401  (registers the Auto classes)
-from hf_vanilla.train import train
+from hf_vanilla.training import train
 
 PROMPTS = ("MACBETH.\n", "LADY MACBETH.\nCome, ", "To be, or not to be, ")
 

@@ -1,7 +1,7 @@
-"""Draw the pictures of docs/tour.md into docs/figures/.
+"""Draw the pictures of docs/tour.md (into runs/tour-figures/; pass --out docs/figures to replace the committed ones).
 
-    python scripts/make_tour_figures.py [MODEL_DIR] [--out docs/figures] [--text ...] [--target ...]
-    python scripts/make_tour_figures.py --model-free-only
+    python scripts/make_tour_figures.py [MODEL_DIR] [--out runs/tour-figures] [--text ...] [--target ...]
+    python scripts/make_tour_figures.py --model-free-only --out docs/figures   # refresh the committed ones
 
 This script trains nothing. With MODEL_DIR (a directory written by ``save_pretrained``, model and
 tokenizer, e.g. the translation model of the project's main training job) the attention pictures
@@ -74,7 +74,9 @@ def norm_inputs(model, tokenizer, text: str) -> dict[str, torch.Tensor]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model_dir", nargs="?", metavar="MODEL_DIR", help="a trained model (default: tiny random)")
-    parser.add_argument("--out", type=Path, default=REPO / "docs" / "figures")
+    parser.add_argument("--out", type=Path, default=REPO / "runs" / "tour-figures",
+                        help="output folder (default: runs/tour-figures; the committed pictures live in docs/figures "
+                        "and are replaced only when that is passed here)")
     parser.add_argument("--text", default=TEXT, help="the input sentence")
     parser.add_argument("--target", help="decoder text (encoder-decoder); default: the model's own translation, "
                         "or the Spanish verse for the random model")

@@ -5,7 +5,7 @@
     python scripts/train_all_tasks.py --tasks clm mlm --time-limit 5 --output-dir runs/all-tasks
 
 The real-data check the unit tests cannot be (they must run offline in seconds). Each run is a normal
-``hf_vanilla.train.train`` run directory (model, tokenizer, metrics.json, curves.png, README.md); the
+``hf_vanilla.training.train`` run directory (model, tokenizer, metrics.json, curves.png, README.md); the
 script prints one line of headline metrics per task and writes ``summary.json`` next to the runs.
 The causal LM has its own, longer job: ``scripts/main_job.py``.
 """
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hf_vanilla.train import train
+from hf_vanilla.training import train
 
 # Small models that learn something in minutes on a CPU; every option is a TrainOptions field. Pre-norm
 # blocks: with the paper's post-norm, these short runs sit on the unigram plateau for most of their budget

@@ -54,7 +54,7 @@ SECRETS = {
 def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real (tiny, 2-step) causal LM training run: model, tokenizer, run.json, metrics, curves, card and
     the things that must stay local (checkpoint-N/, training_args.bin, trainer_state.json)."""
-    from hf_vanilla import train
+    from hf_vanilla.training import train
 
     root = tmp_path_factory.mktemp("hub-run")
     words = "the king queen crown sword castle night day love war peace speak hear see thou thee".split()
@@ -67,7 +67,7 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         )
         data.append(f"{split}={path}")
     run_dir = root / "tiny-clm"
-    train.train(
+    train(
         "clm", run_dir, data_files=data, preset="tiny", config={"hidden_size": 32, "intermediate_size": 64},
         vocab_size=300, block_size=16, batch_size=4, max_steps=2, save_steps=1, save_total_limit=None,
         disable_tqdm=True, num_samples=1, max_new_tokens=4,

@@ -1,0 +1,212 @@
+"""What a training run can be told: :class:`TrainOptions` (one field per ``hf-vanilla train`` flag).
+
+The fields are typed so that transformers' ``HfArgumentParser`` builds the command line from them
+(``Literal`` gives choices, ``list[str]`` repeatable flags); ``None`` means "the task's default", and
+:meth:`TrainOptions.resolved` fills those in from the task and the recipe. This module imports
+neither torch nor transformers' models, so ``hf-vanilla --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from .tasks import Task
+
+#: Size presets for training runs; the family comes from the task. VanillaConfig preset names
+#: (``transformer-base``, ``gpt2``, ``bert-base``, ...) are accepted too.
+SIZE_PRESETS: dict[str, dict[str, int]] = {
+    "tiny": dict(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4),
+    "small": dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=4),
+    "base": dict(hidden_size=512, intermediate_size=2048, num_hidden_layers=6, num_attention_heads=8),
+}
+
+#: (option, default recipe value, paper recipe value) for the optimiser settings left at ``None``.
+RECIPES: tuple[tuple[str, Any, Any], ...] = (
+    ("adam_beta1", 0.9, 0.9),
+    ("adam_beta2", 0.999, 0.98),
+    ("adam_epsilon", 1e-8, 1e-9),
+    ("weight_decay", 0.01, 0.0),
+    ("label_smoothing", 0.0, 0.1),
+    ("lr_scheduler", "cosine", "inverse_sqrt"),
+)
+
+
+def _opt(help_text: str, **metadata: Any) -> dict[str, Any]:
+    return {"help": help_text, **metadata}
+
+
+@dataclass
+class TrainOptions:
+    """Everything a run can be told; ``None`` means "the task's default"."""
+
+    # -- model
+    preset: str = field(default="small", metadata=_opt(
+        f"model size ({', '.join(SIZE_PRESETS)}) or a VanillaConfig preset name (transformer-base, gpt2, ...)"))
+    config: dict[str, Any] | str | None = field(default=None, metadata=_opt(
+        "a VanillaConfig override as KEY=VALUE (repeat the flag for more; in Python a dict)", action="append",
+        metavar="KEY=VALUE"))
+    init_from: str | None = field(default=None, metadata=_opt("start from this saved model (and its tokenizer)"))
+    attn_implementation: Literal["eager", "sdpa", "flex_attention"] | None = field(default=None, metadata=_opt(
+        "attention kernel (unset: transformers picks, sdpa where available)"))
+    dropout: float | None = field(default=None, metadata=_opt("residual/embedding dropout (unset: the preset's, 0.1)"))
+    # -- data
+    dataset: str | None = field(default=None, metadata=_opt("a `datasets` name to use instead of the default corpus"))
+    dataset_config: str | None = field(default=None, metadata=_opt("the `datasets` configuration name"))
+    data_files: list[str] = field(default_factory=list, metadata=_opt(
+        "local .txt/.json/.jsonl/.csv files as PATH or SPLIT=PATH, SPLIT one of train, validation, test "
+        "(repeatable)", action="extend", metavar="[SPLIT=]PATH"))
+    text_column: str = field(default="text", metadata=_opt("text column (clm, mlm, classification)"))
+    label_column: str = field(default="label", metadata=_opt("label column (classification)"))
+    source_column: str = field(default="en", metadata=_opt("source-language column (translation)"))
+    target_column: str = field(default="es", metadata=_opt("target-language column (translation)"))
+    sample_by: Literal["line", "paragraph", "document"] | None = field(default=None, metadata=_opt(
+        "rows of text files (unset: whole works for clm on Shakespeare, paragraphs otherwise)"))
+    validation_fraction: float = field(default=0.1, metadata=_opt(
+        "fraction of train held out for validation when the data has no validation split"))
+    max_train_samples: int | None = field(default=None, metadata=_opt("use at most this many training examples"))
+    max_eval_samples: int | None = field(default=None, metadata=_opt("use at most this many validation examples"))
+    max_test_samples: int | None = field(default=None, metadata=_opt("use at most this many test examples"))
+    # -- tokenizer and sequence lengths
+    tokenizer: Literal["bpe", "wordpiece"] | None = field(default=None, metadata=_opt(
+        "tokenizer trained on the training split (unset: bpe for clm and translation, wordpiece otherwise)"))
+    vocab_size: int = field(default=8000, metadata=_opt("tokenizer vocabulary size"))
+    lowercase: bool = field(default=False, metadata=_opt("lowercase the text before tokenising"))
+    block_size: int = field(default=128, metadata=_opt("tokens per example (clm, mlm)"))
+    max_source_length: int = field(default=128, metadata=_opt("source tokens kept per sentence (translation)"))
+    max_target_length: int = field(default=128, metadata=_opt("target tokens kept per sentence (translation)"))
+    max_length: int = field(default=256, metadata=_opt("tokens kept per article (classification)"))
+    mlm_probability: float = field(default=0.15, metadata=_opt("fraction of tokens masked (mlm)"))
+    # -- optimisation
+    recipe: Literal["default", "paper"] | None = field(default=None, metadata=_opt(
+        "paper: Adam(0.9, 0.98, 1e-9), inverse-sqrt warmup, label smoothing 0.1 (unset: paper for "
+        "translation, default otherwise)"))
+    max_steps: int = field(default=-1, metadata=_opt("optimizer steps; -1: train for --num-train-epochs"))
+    num_train_epochs: float = field(default=1.0, metadata=_opt("epochs, when --max-steps is -1"))
+    batch_size: int | None = field(default=None, metadata=_opt(
+        "examples per process per micro-step (unset: 16 for classification, 32 otherwise)"))
+    eval_batch_size: int | None = field(default=None, metadata=_opt("evaluation batch (unset: twice --batch-size)"))
+    gradient_accumulation_steps: int = field(default=1, metadata=_opt("micro-batches per optimizer step"))
+    learning_rate: float | None = field(default=None, metadata=_opt(
+        "peak learning rate (unset: the task's; translation: the paper's d_model^-0.5 * 4000^-0.5)"))
+    lr_scheduler: str | None = field(default=None, metadata=_opt(
+        "transformers scheduler name: cosine, linear, inverse_sqrt, constant_with_warmup, ... "
+        "(unset: cosine; paper: inverse_sqrt)"))
+    warmup_steps: int | None = field(default=None, metadata=_opt(
+        "linear warmup steps (unset: 5%% of the steps; paper: up to 4000)"))
+    weight_decay: float | None = field(default=None, metadata=_opt("AdamW weight decay (unset: 0.01; paper: 0)"))
+    adam_beta1: float | None = field(default=None, metadata=_opt("Adam beta1 (unset: 0.9)"))
+    adam_beta2: float | None = field(default=None, metadata=_opt("Adam beta2 (unset: 0.999; paper: 0.98)"))
+    adam_epsilon: float | None = field(default=None, metadata=_opt("Adam epsilon (unset: 1e-8; paper: 1e-9)"))
+    label_smoothing: float | None = field(default=None, metadata=_opt("label smoothing (unset: 0; paper: 0.1)"))
+    max_grad_norm: float = field(default=1.0, metadata=_opt("gradient clipping norm (0 turns it off)"))
+    seed: int = field(default=0, metadata=_opt("seed for weights, data order, dropout and masking"))
+    bf16: bool = field(default=False, metadata=_opt("bfloat16 autocast"))
+    use_cpu: bool = field(default=False, metadata=_opt("train on the CPU even when a GPU is present"))
+    time_limit_minutes: float | None = field(default=None, metadata=_opt(
+        "stop training after this long, then evaluate and save as usual"))
+    # -- evaluation, logging, checkpoints, outputs
+    eval_steps: int | None = field(default=None, metadata=_opt("evaluate every N steps (unset: 8 times per run)"))
+    save_steps: int | None = field(default=None, metadata=_opt("checkpoint every N steps (unset: --eval-steps)"))
+    logging_steps: int | None = field(default=None, metadata=_opt(
+        "log the training loss every N steps (unset: 100 times per run)"))
+    save_total_limit: int | None = field(default=2, metadata=_opt("keep this many newest checkpoints"))
+    num_beams: int = field(default=4, metadata=_opt("beam size of translation decoding (the paper's is 4)"))
+    max_new_tokens: int = field(default=80, metadata=_opt("tokens generated per sample (clm)"))
+    num_samples: int = field(default=3, metadata=_opt("sample outputs kept in metrics.json and the card"))
+    prompts: list[str] = field(default_factory=list, metadata=_opt(
+        "prompts of the sample generations (clm; repeatable)", action="extend", metavar="PROMPT"))
+    license: str | None = field(default=None, metadata=_opt("model card licence (unset: chosen from the data)"))
+    dataloader_num_workers: int = field(default=0, metadata=_opt("data-loading worker processes"))
+    disable_tqdm: bool = field(default=False, metadata=_opt("hide progress bars"))
+    report_to: str = field(default="none", metadata=_opt("experiment tracker: tensorboard, wandb, trackio, ... or none"))
+    resume: str | None = field(default=None, metadata=_opt(
+        "continue the run: from its newest good checkpoint (--resume) or from CHECKPOINT (--resume CHECKPOINT); "
+        "in Python resume=True or a path", nargs="?", const="latest", metavar="CHECKPOINT"))
+    overwrite: bool = field(default=False, metadata=_opt(
+        "replace an existing run directory (only an hf_vanilla run, and only once the new run has checkpointed)"))
+
+    def resolved(self, task: Task) -> TrainOptions:
+        """A copy with the task's defaults filled in, the recipe expanded and the config overrides as a dict."""
+        opts = dataclasses.replace(self, config=parse_config(self.config), data_files=list(self.data_files),
+                                   prompts=list(self.prompts), resume=_resume_value(self.resume))
+        for key, value in task.defaults.items():
+            if getattr(opts, key) is None:
+                setattr(opts, key, value)
+        paper = opts.recipe == "paper"
+        for key, default, paper_value in RECIPES:
+            if getattr(opts, key) is None:
+                setattr(opts, key, paper_value if paper else default)
+        if opts.eval_batch_size is None:
+            opts.eval_batch_size = 2 * opts.batch_size
+        check_choices(opts)
+        return opts
+
+
+def _choices(hint: Any) -> tuple[Any, ...]:
+    if typing.get_origin(hint) is Literal:
+        return typing.get_args(hint)
+    return tuple(choice for arg in typing.get_args(hint) for choice in _choices(arg))
+
+
+def check_choices(opts: TrainOptions) -> None:
+    """Refuse values outside a ``Literal`` field's choices (the CLI checks them; Python callers may not)."""
+    hints = typing.get_type_hints(TrainOptions)
+    for f in dataclasses.fields(TrainOptions):
+        choices, value = _choices(hints[f.name]), getattr(opts, f.name)
+        if choices and value is not None and value not in choices:
+            raise ValueError(f"{f.name} must be one of {list(choices)}, got {value!r}")
+
+
+def _resume_value(resume: bool | str | None) -> str | None:
+    """``True``/``"latest"`` -> ``"latest"``; ``False``/``None`` -> ``None``; a path stays a path."""
+    if resume is True or (isinstance(resume, str) and resume.lower() in ("latest", "true", "1")):
+        return "latest"
+    if resume in (False, None, "") or (isinstance(resume, str) and resume.lower() in ("false", "0")):
+        return None
+    return str(resume)
+
+
+def parse_value(text: str) -> Any:
+    """``"4"`` -> 4, ``"0.1"`` -> 0.1, ``"true"`` -> True, ``"none"`` -> None, else the string."""
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("none", "null"):
+        return None
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_config(entries: Mapping[str, Any] | Sequence[str] | str | None) -> dict[str, Any]:
+    """VanillaConfig overrides: a mapping as it is, or ``"KEY=VALUE"`` entries with typed values."""
+    if isinstance(entries, str):
+        entries = [entries]
+    if entries is None:
+        return {}
+    if isinstance(entries, Mapping):
+        return dict(entries)
+    out: dict[str, Any] = {}
+    for entry in entries:
+        key, sep, value = entry.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--config expects KEY=VALUE, got {entry!r}")
+        out[key.strip()] = parse_value(value.strip())
+    return out
+
+
+def make_options(options: Mapping[str, Any]) -> TrainOptions:
+    """``TrainOptions(**options)`` with a clear error naming unknown options."""
+    valid = {f.name for f in dataclasses.fields(TrainOptions)}
+    unknown = sorted(set(options) - valid)
+    if unknown:
+        raise TypeError(f"unknown option(s) {unknown}; valid options: {sorted(valid)}")
+    return TrainOptions(**options)

@@ -1,0 +1,98 @@
+"""What a finished run leaves besides the model: run.json, metrics.json, curves.png and the card."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..checkpoint import atomic_write_json, atomic_write_text
+from .rundir import RUN_RECORD
+
+if TYPE_CHECKING:
+    from .options import TrainOptions
+    from .tasks import Task
+
+
+def environment() -> dict[str, Any]:
+    import accelerate
+    import datasets
+    import tokenizers
+    import torch
+    import transformers
+
+    from .. import __version__
+
+    return {
+        "hf_vanilla": __version__, "transformers": transformers.__version__, "torch": torch.__version__,
+        "accelerate": accelerate.__version__, "datasets": datasets.__version__,
+        "tokenizers": tokenizers.__version__, "python": platform.python_version(),
+        "platform": platform.platform(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.is_available(),
+    }
+
+
+def run_record(task: Task, opts: TrainOptions, *, description: dict[str, Any], tokenizer: Any, model: Any,
+               args: Any, world: int, distributed_type: str, status: str, resumed_from: Path | None) -> dict[str, Any]:
+    """run.json: the task, every option, the values actually used, the data, the environment."""
+    return {
+        "task": task.name,
+        "status": status,
+        "model_class": type(model).__name__,
+        "auto_class": task.auto_class,
+        "pipeline_tag": task.pipeline_tag,
+        "options": dataclasses.asdict(opts),
+        "effective": {
+            "learning_rate": args.learning_rate, "warmup_steps": args.warmup_steps,
+            "max_steps": args.max_steps, "eval_steps": args.eval_steps, "save_steps": args.save_steps,
+            "logging_steps": args.logging_steps, "world_size": world, "distributed_type": distributed_type,
+            "global_batch_size": opts.batch_size * opts.gradient_accumulation_steps * world,
+        },
+        "dataset": description,
+        "tokenizer": {"kind": opts.tokenizer, "vocab_size": len(tokenizer),
+                      "trained_on": "training split only" if not opts.init_from else f"from {opts.init_from}"},
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "config": model.config.to_diff_dict(),
+        "resumed_from": str(resumed_from) if resumed_from else None,
+        "command": sys.argv,
+        "environment": environment(),
+    }
+
+
+def write_run_record(run_dir: Path, record: dict[str, Any]) -> None:
+    atomic_write_json(run_dir / RUN_RECORD, record)
+
+
+def timing(task: Task, opts: TrainOptions, *, wall_time_s: float, train_time_s: float, steps: int,
+           durations: list[float], world: int, stopped_by_time_limit_at: int | None) -> dict[str, Any]:
+    from .metrics import median
+
+    tokens = task.tokens_per_example(opts)
+    per_step_tokens = tokens * opts.batch_size * opts.gradient_accumulation_steps * world if tokens else None
+    per_step = median(durations[1:] or durations)
+    return {
+        "wall_time_s": wall_time_s,
+        "train_time_s": train_time_s,
+        "steps": steps,
+        "time_per_step_s_median": per_step,
+        "time_per_step_s_mean": sum(durations) / len(durations) if durations else None,
+        "tokens_per_step": per_step_tokens,
+        "tokens_per_s": per_step_tokens / per_step if per_step_tokens and per_step else None,
+        "stopped_by_time_limit_at": stopped_by_time_limit_at,
+    }
+
+
+def write_outputs(run_dir: Path, task: Task, *, metrics: dict, baseline: dict, samples: list, timings: dict,
+                  record: dict, log_history: list) -> None:
+    """metrics.json, run.json (completed), curves.png and the model card README.md."""
+    from ..card import build_model_card
+    from ..viz import plot_training_curves
+
+    atomic_write_json(run_dir / "metrics.json", {"task": task.name, "metrics": metrics, "baseline": baseline,
+                                                 "timing": timings, "samples": samples})
+    write_run_record(run_dir, record)
+    plot_training_curves(log_history, task=task.name, baseline=baseline, path=run_dir / "curves.png")
+    atomic_write_text(run_dir / "README.md", build_model_card(run_dir).content)

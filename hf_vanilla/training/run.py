@@ -1,0 +1,408 @@
+"""One training run, top to bottom: options -> data -> tokenizer -> model -> Trainer -> train ->
+evaluate -> save. Every step is a function of the values before it.
+
+``accelerate launch`` runs this unchanged on several processes (DDP, FSDP, DeepSpeed): every process
+calls :func:`train`; only the main process writes the run directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..checkpoint import clear_disk_errors, ensure_code_files, make_shareable, save_pretrained_atomic
+from . import rundir
+from .options import SIZE_PRESETS, TrainOptions, make_options
+from .tasks import Task, get_task
+
+if TYPE_CHECKING:
+    from transformers import TrainerCallback
+
+logger = logging.getLogger(__name__)
+
+
+class TrainingDivergedError(RuntimeError):
+    """The loss (or its gradients) became NaN/inf; the last good checkpoint is kept."""
+
+
+class TrainingInterruptedError(KeyboardInterrupt):
+    """Ctrl-C stopped the run after saving a resumable checkpoint (``checkpoint``)."""
+
+    def __init__(self, message: str, checkpoint: str | None) -> None:
+        super().__init__(message)
+        self.checkpoint = checkpoint
+
+
+@dataclass
+class RunResult:
+    """What :func:`train` returns (also written to ``run.json`` / ``metrics.json``)."""
+
+    run_dir: Path
+    task: str
+    metrics: dict[str, Any]
+    baseline: dict[str, Any]
+    samples: list[dict[str, Any]]
+    log_history: list[dict[str, Any]]
+    global_step: int
+    wall_time_s: float
+    time_per_step_s: float | None
+
+
+def train(task: str, output_dir: str | os.PathLike[str], *, callbacks: Sequence[TrainerCallback] = (),
+          **options: Any) -> RunResult:
+    """Train ``task`` (``clm``, ``mlm``, ``translation``, ``classification``) into ``output_dir``.
+
+    ``options`` are the fields of :class:`TrainOptions` (``preset``, ``max_steps``, ``data_files``,
+    ``config={"norm_position": "pre"}``, ``recipe="paper"``, ``resume=True``, ...); ``callbacks`` are
+    extra ``TrainerCallback`` objects.
+
+    Raises:
+        TrainingDivergedError: the loss became NaN/inf (the last good checkpoint is kept).
+        TrainingInterruptedError: Ctrl-C; a resumable checkpoint was saved first.
+        RunDirectoryBusyError: another process is writing ``output_dir``.
+        hf_vanilla.corpora.CorpusUnavailableError: the default corpus is neither cached nor fetchable.
+    """
+    task_ = get_task(task)
+    return run(task_, Path(output_dir), make_options(options).resolved(task_), list(callbacks))
+
+
+def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list) -> RunResult:
+    from accelerate import PartialState
+    from transformers import set_seed
+
+    t_start = time.perf_counter()
+    # The distributed state must exist before anything asks which process is main. Without an
+    # accelerator it must be told cpu=True, or `accelerate launch` on a CPU machine gives N
+    # unconnected single-process runs instead of one gloo DDP run.
+    use_cpu = opts.use_cpu or not has_accelerator()
+    state = PartialState(cpu=use_cpu)
+    is_main = state.is_main_process
+    if is_main:
+        rundir.check_output_dir(run_dir, opts.resume, opts.overwrite)
+    with rundir.locked(run_dir, enabled=is_main), contextlib.ExitStack() as undo:
+        resume_from = resume_checkpoint(run_dir, opts, is_main)
+        aside = None
+        with state.main_process_first():  # the main process trains the tokenizer and fills the caches
+            from .sources import load_task_data
+
+            raw, description = load_task_data(task, opts)
+            tokenizer = obtain_tokenizer(task, raw, run_dir, opts, resume_from, is_main)
+            set_seed(opts.seed)  # the same seed gives the same initial weights
+            model = build_model(task, tokenizer, raw, opts)
+            if is_main:  # everything is checked: only now the output directory is touched
+                aside = prepare_output_dir(run_dir, opts, undo)
+                with clear_disk_errors(run_dir):
+                    save_pretrained_atomic(tokenizer, run_dir)
+            data = task.tokenize(raw, tokenizer, opts)
+        description.update(examples={split: len(ds) for split, ds in data.items()},
+                           example_unit=task.example_unit(opts))
+        total_steps = plan_steps(len(data["train"]), opts, state.num_processes)
+        args = training_arguments(task, run_dir, opts, total_steps, model.config.hidden_size, use_cpu)
+        callbacks = RunCallbacks.make(opts, aside, extra_callbacks)
+        trainer = make_trainer(task, model, args, tokenizer, data, opts, callbacks.all())
+        distributed_type = str(trainer.accelerator.distributed_type.value)
+        record = dict(description=description, tokenizer=tokenizer, model=model, args=args, world=state.num_processes,
+                      distributed_type=distributed_type, resumed_from=resume_from)
+        if is_main:
+            warn_if_fsdp_dropped(distributed_type)
+            from .outputs import run_record, write_run_record
+
+            write_run_record(run_dir, run_record(task, opts, status="running", **record))
+        train_seconds = fit(trainer, resume_from, total_steps)
+        undo.pop_all()  # the new run has checkpointed (or finished): the old one is gone for good
+        check_stopped(run_dir, trainer, callbacks, opts, is_main)
+        result = finish(task, run_dir, opts, trainer, raw, data, tokenizer, callbacks, record,
+                        t_start=t_start, train_seconds=train_seconds, is_main=is_main)
+    state.wait_for_everyone()
+    return result
+
+
+# --------------------------------------------------------------------------------------------------
+# The steps of a run
+
+
+def has_accelerator() -> bool:
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "is_available"):
+        return bool(accelerator.is_available())
+    return torch.cuda.is_available()
+
+
+def resume_checkpoint(run_dir: Path, opts: TrainOptions, is_main: bool) -> Path | None:
+    """The checkpoint to continue from (the newest readable one), or None for a fresh start."""
+    from .trainer import find_resume_checkpoint
+
+    if not opts.resume or (opts.resume == "latest" and not run_dir.is_dir()):
+        return None
+    return find_resume_checkpoint(run_dir, opts.resume, clean=is_main)
+
+
+def obtain_tokenizer(task: Task, raw, run_dir: Path, opts: TrainOptions, resume_from: Path | None, is_main: bool):
+    """The tokenizer of ``init_from`` or of the checkpoint resumed from; else trained on the training split
+    (by the main process; the others read the one it saved, so every process tokenises alike)."""
+    from transformers import AutoTokenizer
+
+    source = opts.init_from or resume_from or (None if is_main else run_dir)
+    if source is not None:
+        return AutoTokenizer.from_pretrained(source)
+    return task.build_tokenizer(raw["train"], opts)
+
+
+def build_model(task: Task, tokenizer, raw, opts: TrainOptions):
+    """A fresh model of the task's head (size preset + vocabulary + overrides), or ``init_from``'s weights."""
+    import transformers
+
+    from .. import modeling_vanilla
+
+    if opts.init_from:
+        auto = getattr(transformers, task.auto_class)  # importing hf_vanilla registered our classes
+        config = transformers.AutoConfig.from_pretrained(opts.init_from, **opts.config,
+                                                         **task.config_fields(tokenizer, raw))
+        model = auto.from_pretrained(opts.init_from, config=config, attn_implementation=opts.attn_implementation)
+    else:
+        model_class = getattr(modeling_vanilla, task.model_class)
+        config = build_config(task, tokenizer, raw, opts)
+        model = model_class(config) if opts.attn_implementation is None else \
+            model_class._from_config(config, attn_implementation=opts.attn_implementation)
+    task.set_generation_defaults(model, tokenizer, opts)
+    return model
+
+
+def build_config(task: Task, tokenizer, raw, opts: TrainOptions):
+    """Size preset, the task's family, vocabulary and special tokens from the tokenizer, then overrides."""
+    from ..configuration_vanilla import PRESETS, VanillaConfig
+
+    if opts.preset not in SIZE_PRESETS and opts.preset not in PRESETS:
+        raise ValueError(f"unknown preset {opts.preset!r}; choose one of {sorted({*SIZE_PRESETS, *PRESETS})}")
+    fields: dict[str, Any] = dict(SIZE_PRESETS.get(opts.preset) or PRESETS[opts.preset])
+    fields.update(
+        architecture=task.family,
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id,
+        eos_token_id=tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id,
+        max_position_embeddings=max(task.max_positions(opts), fields.get("max_position_embeddings", 0), 512),
+        **task.config_fields(tokenizer, raw),
+    )
+    if opts.dropout is not None:
+        fields["hidden_dropout"] = opts.dropout
+    fields.update(opts.config)
+    return VanillaConfig(**fields)
+
+
+def prepare_output_dir(run_dir: Path, opts: TrainOptions, undo: contextlib.ExitStack) -> Path | None:
+    """Create the run directory; with --overwrite move the old run aside, to be put back if the new run
+    fails before its first checkpoint (``undo``). Returns where the old run went."""
+    aside = rundir.set_aside(run_dir) if opts.overwrite and not opts.resume else None
+    if aside is not None:
+        undo.callback(rundir.restore, run_dir, aside)
+        logger.warning("--overwrite: the old run is kept in %s until the new run saves its first checkpoint", aside)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return aside
+
+
+def plan_steps(n_train: int, opts: TrainOptions, world_size: int) -> int:
+    if opts.max_steps > 0:
+        return opts.max_steps
+    per_step = opts.batch_size * opts.gradient_accumulation_steps * world_size
+    return max(1, math.ceil(opts.num_train_epochs * math.ceil(n_train / per_step)))
+
+
+def learning_rate(opts: TrainOptions, hidden_size: int) -> float:
+    """The option, or the paper's peak d_model^-0.5 * 4000^-0.5 (7e-4 for d_model=512). With the paper's
+    4000 warmup steps this is exactly its schedule; shorter runs warm up faster to the same peak rather
+    than to a higher one (the formula with a 100-step warmup would peak at 0.006 and diverge)."""
+    return opts.learning_rate if opts.learning_rate is not None else hidden_size**-0.5 * 4000**-0.5
+
+
+def warmup_steps(opts: TrainOptions, total_steps: int) -> int:
+    if opts.warmup_steps is not None:
+        return opts.warmup_steps
+    return min(4000, max(1, total_steps // 10)) if opts.recipe == "paper" else round(0.05 * total_steps)
+
+
+def training_arguments(task: Task, run_dir: Path, opts: TrainOptions, total_steps: int, hidden_size: int,
+                       use_cpu: bool):
+    from transformers import Seq2SeqTrainingArguments, TrainingArguments
+
+    eval_steps = opts.eval_steps or max(1, total_steps // 8)
+    seq2seq = {"predict_with_generate": False} if task.seq2seq else {}
+    return (Seq2SeqTrainingArguments if task.seq2seq else TrainingArguments)(
+        output_dir=str(run_dir),
+        max_steps=total_steps,
+        per_device_train_batch_size=opts.batch_size,
+        per_device_eval_batch_size=opts.eval_batch_size,
+        gradient_accumulation_steps=opts.gradient_accumulation_steps,
+        learning_rate=learning_rate(opts, hidden_size),
+        lr_scheduler_type=opts.lr_scheduler,
+        warmup_steps=warmup_steps(opts, total_steps),
+        weight_decay=opts.weight_decay,
+        adam_beta1=opts.adam_beta1,
+        adam_beta2=opts.adam_beta2,
+        adam_epsilon=opts.adam_epsilon,
+        optim="adamw_torch",
+        use_cpu=use_cpu,
+        label_smoothing_factor=opts.label_smoothing,
+        max_grad_norm=opts.max_grad_norm,
+        seed=opts.seed,
+        bf16=opts.bf16,
+        eval_strategy="steps",
+        eval_steps=eval_steps,
+        save_strategy="steps",
+        save_steps=opts.save_steps or eval_steps,
+        save_total_limit=opts.save_total_limit,
+        logging_strategy="steps",
+        logging_steps=opts.logging_steps or max(1, total_steps // 100),
+        logging_first_step=True,
+        logging_nan_inf_filter=False,  # hiding NaN/inf (the default) would hide a diverging run
+        report_to=opts.report_to,
+        disable_tqdm=opts.disable_tqdm,
+        dataloader_num_workers=opts.dataloader_num_workers,
+        remove_unused_columns=True,  # drops the raw text columns (kept in `data` for BLEU and samples)
+        average_tokens_across_devices=True,  # exact loss over devices: divide by the global target count
+        **seq2seq,
+    )
+
+
+@dataclass
+class RunCallbacks:
+    """The run's own callbacks (their outcomes are read after training) and the caller's."""
+
+    guard: Any
+    timer: Any
+    interrupt: Any
+    time_limit: Any | None
+    replaced: Any | None
+    extra: list
+
+    @classmethod
+    def make(cls, opts: TrainOptions, aside: Path | None, extra: list) -> RunCallbacks:
+        from .callbacks import DiscardReplacedRun, NonFiniteLossGuard, StepTimer, StopOnInterrupt, TimeLimit
+
+        return cls(NonFiniteLossGuard(), StepTimer(), StopOnInterrupt(),
+                   TimeLimit(opts.time_limit_minutes) if opts.time_limit_minutes else None,
+                   DiscardReplacedRun(aside) if aside is not None else None, list(extra))
+
+    def all(self) -> list:
+        return [c for c in (self.guard, self.timer, self.interrupt, self.time_limit, self.replaced, *self.extra)
+                if c is not None]
+
+
+def make_trainer(task: Task, model, args, tokenizer, data, opts: TrainOptions, callbacks: list):
+    from .trainer import trainer_classes
+
+    plain, seq2seq = trainer_classes()
+    preprocess, compute_metrics = task.metric_functions()
+    return (seq2seq if task.seq2seq else plain)(
+        model=model, args=args, data_collator=task.collator(tokenizer, model, opts),
+        train_dataset=data["train"], eval_dataset=data["validation"], processing_class=tokenizer,
+        compute_metrics=compute_metrics, preprocess_logits_for_metrics=preprocess, callbacks=callbacks)
+
+
+def warn_if_fsdp_dropped(distributed_type: str) -> None:
+    # accelerate 1.15 turns FSDP on only for multi-accelerator states (MULTI_GPU, XPU, NPU, ...); on CPU
+    # (MULTI_CPU, gloo) it drops the request. Say so rather than pretend to shard.
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and distributed_type != "FSDP":
+        logger.warning("FSDP was requested but accelerate runs this job as %s (FSDP needs GPUs or other "
+                       "accelerators); the model is replicated, not sharded.", distributed_type)
+
+
+def fit(trainer, resume_from: Path | None, total_steps: int) -> float:
+    """Train (or continue); a checkpoint already at the last step is loaded, not trained further."""
+    from .trainer import checkpoint_step, load_finished_checkpoint
+
+    start = time.perf_counter()
+    if resume_from is not None and checkpoint_step(resume_from) >= total_steps:
+        logger.warning("%s is at step %d of %d: nothing left to train; evaluating and saving it",
+                       resume_from, checkpoint_step(resume_from), total_steps)
+        load_finished_checkpoint(trainer, resume_from)
+    else:
+        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    return time.perf_counter() - start
+
+
+def check_stopped(run_dir: Path, trainer, callbacks: RunCallbacks, opts: TrainOptions, is_main: bool) -> None:
+    """Raise (after recording it in run.json) if the NaN guard or Ctrl-C ended training."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    last = get_last_checkpoint(str(run_dir)) if run_dir.is_dir() else None
+    if callbacks.guard.tripped_at is not None:
+        step = callbacks.guard.tripped_at
+        if is_main:
+            rundir.update_status(run_dir, "diverged", diverged_at_step=step, last_good_checkpoint=last)
+        raise TrainingDivergedError(
+            f"training diverged: the loss (or its gradients) became NaN/inf at optimizer step {step}; that update "
+            f"was skipped and training stopped. The last good checkpoint is {last or '(none was saved yet)'}. Lower "
+            "the learning rate, raise the warmup, clip gradients harder or use norm_position='pre'; resume with "
+            "--resume from that checkpoint.")
+    if callbacks.interrupt.interrupted_at is not None:
+        step = callbacks.interrupt.interrupted_at
+        if is_main:
+            rundir.update_status(run_dir, "interrupted", interrupted_at_step=step, last_checkpoint=last)
+        raise TrainingInterruptedError(
+            f"interrupted at step {step} of {trainer.state.max_steps}; checkpoint saved in {last}. To continue, run "
+            "the same command with --resume (in Python: resume=True).", last)
+
+
+def finish(task: Task, run_dir: Path, opts: TrainOptions, trainer, raw, data, tokenizer, callbacks: RunCallbacks,
+           record: dict, *, t_start: float, train_seconds: float, is_main: bool) -> RunResult:
+    """Evaluate, sample, save the model and write the run's records, curves and card."""
+    from .metrics import median
+    from .outputs import run_record, timing, write_outputs
+
+    evaluation = task.evaluate(trainer, data, tokenizer, opts)
+    model = trainer.accelerator.unwrap_model(trainer.model).eval()
+    samples = []
+    if is_main and opts.num_samples > 0:
+        import torch
+
+        with torch.no_grad():
+            samples = task.samples(model, tokenizer, raw, data, evaluation, opts)
+    save_final_model(trainer, run_dir, is_main)
+    trainer.save_state()
+    durations = callbacks.timer.durations
+    result = RunResult(run_dir=run_dir, task=task.name, metrics=evaluation.metrics, baseline=evaluation.baseline,
+                       samples=samples, log_history=list(trainer.state.log_history),
+                       global_step=trainer.state.global_step, wall_time_s=time.perf_counter() - t_start,
+                       time_per_step_s=median(durations[1:] or durations))
+    if is_main:
+        stopped_at = callbacks.time_limit.stopped_at if callbacks.time_limit else None
+        timings = timing(task, opts, wall_time_s=result.wall_time_s, train_time_s=train_seconds,
+                         steps=result.global_step, durations=durations, world=record["world"],
+                         stopped_by_time_limit_at=stopped_at)
+        write_outputs(run_dir, task, metrics=result.metrics, baseline=result.baseline, samples=samples,
+                      timings=timings, record=run_record(task, opts, status="completed", **record),
+                      log_history=result.log_history)
+    return result
+
+
+def save_final_model(trainer, run_dir: Path, is_main: bool) -> None:
+    """Save the trained model into a fresh folder, then move its files into the run directory (each
+    atomically). Saving straight into the run directory would make ``save_pretrained`` carry every
+    neighbour (checkpoints included) through its staging folder; a fresh folder avoids that."""
+    fresh = run_dir / ".final-model"
+    if is_main:
+        shutil.rmtree(fresh, ignore_errors=True)
+    trainer.accelerator.wait_for_everyone()
+    with clear_disk_errors(fresh):
+        trainer.save_model(str(fresh))  # every process: FSDP / DeepSpeed gather the weights collectively
+    if is_main:
+        ensure_code_files(fresh)
+        make_shareable(fresh)
+        for path in fresh.iterdir():
+            target = run_dir / path.name
+            if target.is_dir():
+                shutil.rmtree(target)
+            os.replace(path, target)
+        shutil.rmtree(fresh, ignore_errors=True)
+    trainer.accelerator.wait_for_everyone()

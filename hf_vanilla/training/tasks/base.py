@@ -1,0 +1,148 @@
+"""The :class:`Task` interface: everything that differs between training tasks, in one object.
+
+A run asks its task for the data, tokenizer, preprocessing, collator, metrics, baseline, samples,
+model class and card text; the run itself never branches on the task name. Methods take what they
+need as arguments and return results, so a task object holds constants only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from datasets import Dataset, DatasetDict
+    from transformers import PreTrainedTokenizerBase, Trainer
+
+    from ..options import TrainOptions
+
+
+@dataclass
+class Evaluation:
+    """The final evaluation of a run: metrics, the baseline's scores and any per-example outputs."""
+
+    metrics: dict[str, Any]
+    baseline: dict[str, Any]
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Task:
+    """One training task. Subclasses set the class constants and override what differs."""
+
+    name: ClassVar[str]
+    display_name: ClassVar[str]  # "causal language modelling"
+    family: ClassVar[str]  # VanillaConfig.architecture
+    auto_class: ClassVar[str]  # the transformers Auto class that loads the model
+    model_class: ClassVar[str]  # the hf_vanilla.modeling_vanilla head
+    pipeline_tag: ClassVar[str]
+    #: Values for options left at ``None`` (tokenizer, learning rate, batch size, recipe).
+    defaults: ClassVar[dict[str, Any]]
+    #: (metric key suffix, model-index metric type, display name) reported in the card.
+    card_metrics: ClassVar[tuple[tuple[str, str, str], ...]]
+    seq2seq: ClassVar[bool] = False  # trained with Seq2SeqTrainer / Seq2SeqTrainingArguments
+
+    # -- data
+    def default_corpus(self, opts: TrainOptions) -> tuple[DatasetDict, dict[str, Any]]:
+        """The raw splits of the task's default corpus and a description for run.json and the card."""
+        raise NotImplementedError
+
+    def local_sample_by(self, opts: TrainOptions) -> str:
+        """How local text files are cut into rows (paragraphs, so validation can be cut from one file)."""
+        return opts.sample_by or "paragraph"
+
+    def keeps_columns(self) -> bool:
+        """Whether local files keep all their columns (``False``: one text column is read)."""
+        return False
+
+    def normalise(self, dsd: DatasetDict, opts: TrainOptions) -> DatasetDict:
+        """The task's standard columns (``text``; ``text`` + ``label``; ``source`` + ``target``)."""
+        raise NotImplementedError
+
+    def example_unit(self, opts: TrainOptions) -> str:
+        raise NotImplementedError
+
+    def tokens_per_example(self, opts: TrainOptions) -> int | None:
+        """Tokens in every training example, when that is fixed (for the tokens/s figure)."""
+        return None
+
+    # -- tokenizer and preprocessing
+    def build_tokenizer(self, train_split: Dataset, opts: TrainOptions) -> PreTrainedTokenizerBase:
+        """Train the tokenizer on the training split only (no held-out text leaks into it)."""
+        raise NotImplementedError
+
+    def max_positions(self, opts: TrainOptions) -> int:
+        raise NotImplementedError
+
+    def tokenize(self, dsd: DatasetDict, tokenizer: PreTrainedTokenizerBase, opts: TrainOptions) -> DatasetDict:
+        raise NotImplementedError
+
+    # -- model
+    def config_fields(self, tokenizer: PreTrainedTokenizerBase, raw: DatasetDict) -> dict[str, Any]:
+        """VanillaConfig fields this task needs beyond size and vocabulary (labels, pooling, ...)."""
+        return {}
+
+    def set_generation_defaults(self, model: Any, tokenizer: PreTrainedTokenizerBase, opts: TrainOptions) -> None:
+        """Generation settings saved with the model (what pipelines and the Hub widget use)."""
+
+    # -- training
+    def collator(self, tokenizer: PreTrainedTokenizerBase, model: Any, opts: TrainOptions) -> Any:
+        raise NotImplementedError
+
+    def metric_functions(self) -> tuple[Any, Any]:
+        """``(preprocess_logits_for_metrics, compute_metrics)`` for the Trainer's evaluations."""
+        return None, None
+
+    def evaluate(self, trainer: Trainer, data: DatasetDict, tokenizer: PreTrainedTokenizerBase,
+                 opts: TrainOptions) -> Evaluation:
+        """Final metrics on validation and test, and the baseline scored on the same data."""
+        raise NotImplementedError
+
+    def samples(self, model: Any, tokenizer: PreTrainedTokenizerBase, raw: DatasetDict, data: DatasetDict,
+                evaluation: Evaluation, opts: TrainOptions) -> list[dict[str, Any]]:
+        """A few outputs to look at (generations, fill-ins, translations, predicted labels)."""
+        return []
+
+    # -- model card
+    def sample_markdown(self, sample: dict[str, Any]) -> str:
+        raise NotImplementedError
+
+    def card_procedure_rows(self, options: dict[str, Any]) -> list[tuple[str, str]]:
+        """Task-specific rows of the card's training-procedure table."""
+        return []
+
+    def usage_lines(self) -> list[str]:
+        """Lines of the card's loading snippet after ``model`` and ``tokenizer`` are loaded."""
+        raise NotImplementedError
+
+
+def final_split(splits: Sequence[str]) -> str:
+    """The final-evaluation split: ``test`` when there is one, else ``validation``."""
+    return "test" if "test" in splits else "validation"
+
+
+def need_columns(dsd: DatasetDict, columns: Sequence[str]) -> None:
+    """Every split has ``columns``, or a clear error naming the flags that choose them."""
+    for split, ds in dsd.items():
+        missing = [c for c in columns if c not in ds.column_names]
+        if missing:
+            raise ValueError(f"split {split!r} lacks column(s) {missing}; it has {ds.column_names}. Name the right "
+                             "ones with --text-column / --label-column / --source-column / --target-column.")
+
+
+def limit_samples(data: DatasetDict, opts: TrainOptions) -> DatasetDict:
+    """Apply ``--max-train-samples`` / ``--max-eval-samples`` / ``--max-test-samples``."""
+    limits = {"train": opts.max_train_samples, "validation": opts.max_eval_samples, "test": opts.max_test_samples}
+    for split, limit in limits.items():
+        if limit is not None and split in data and len(data[split]) > limit:
+            data[split] = data[split].select(range(limit))
+    return data
+
+
+def evaluate_splits(trainer: Trainer, data: DatasetDict, splits: Sequence[str]) -> dict[str, Any]:
+    """``trainer.evaluate`` on each split, keeping quality metrics (not speed or progress)."""
+    metrics: dict[str, Any] = {}
+    for split in dict.fromkeys(splits):
+        out = trainer.evaluate(data[split], metric_key_prefix=split)
+        metrics.update({k: v for k, v in out.items() if not k.endswith(("_runtime", "_per_second", "epoch"))})
+    return metrics

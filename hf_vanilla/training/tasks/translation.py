@@ -1,0 +1,161 @@
+"""Translation: the paper's own task, an encoder-decoder trained on sentence pairs, scored with
+sacrebleu's BLEU and chrF against a copy-the-source baseline."""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any
+
+from .base import Evaluation, Task, evaluate_splits, final_split, limit_samples, need_columns
+
+if TYPE_CHECKING:
+    from datasets import Dataset, DatasetDict
+    from transformers import PreTrainedTokenizerBase, Trainer
+
+    from ..options import TrainOptions
+
+
+class Translation(Task):
+    name = "translation"
+    display_name = "translation"
+    family = "encoder-decoder"
+    auto_class = "AutoModelForSeq2SeqLM"
+    model_class = "VanillaForSeq2SeqLM"
+    pipeline_tag = "translation"
+    defaults = dict(tokenizer="bpe", learning_rate=None, batch_size=32, recipe="paper")
+    card_metrics = (("bleu", "bleu", "BLEU"), ("chrf", "chrf", "chrF"))
+    seq2seq = True
+
+    def default_corpus(self, opts: TrainOptions) -> tuple[DatasetDict, dict[str, Any]]:
+        from ...corpora import BIBLE_TEST_BOOKS, BIBLE_VALIDATION_BOOKS, CORPORA, load_bible_pairs
+
+        spec = CORPORA["bible-en-es"]
+        return load_bible_pairs(), dict(
+            source="hf_vanilla.corpora", name="bible-en-es", corpus=spec.description, license=spec.license,
+            split_note=(f"whole books held out: validation = {', '.join(BIBLE_VALIDATION_BOOKS)}; "
+                        f"test = {', '.join(BIBLE_TEST_BOOKS)}"))
+
+    def keeps_columns(self) -> bool:
+        return True
+
+    def normalise(self, dsd: DatasetDict, opts: TrainOptions) -> DatasetDict:
+        from datasets import DatasetDict
+
+        need_columns(dsd, [opts.source_column, opts.target_column])
+        return DatasetDict({
+            split: ds.select_columns([opts.source_column, opts.target_column])
+            .rename_columns({opts.source_column: "source", opts.target_column: "target"})
+            .filter(lambda s, t: bool(s and s.strip() and t and t.strip()), input_columns=["source", "target"])
+            for split, ds in dsd.items()
+        })
+
+    def example_unit(self, opts: TrainOptions) -> str:
+        return "sentence pairs"
+
+    def build_tokenizer(self, train_split: Dataset, opts: TrainOptions) -> PreTrainedTokenizerBase:
+        """One tokenizer over both languages (the paper's shared vocabulary), ``</s>`` after each sentence."""
+        from ...corpora import iter_texts, train_tokenizer
+
+        return train_tokenizer(iter_texts(train_split, ("source", "target")), kind=opts.tokenizer,  # type: ignore[arg-type]
+                               vocab_size=opts.vocab_size, lowercase=opts.lowercase, add_eos=True,
+                               model_max_length=self.max_positions(opts))
+
+    def max_positions(self, opts: TrainOptions) -> int:
+        return max(opts.max_source_length, opts.max_target_length)
+
+    def tokenize(self, dsd: DatasetDict, tokenizer: PreTrainedTokenizerBase, opts: TrainOptions) -> DatasetDict:
+        """Token pairs; the text columns stay (BLEU and the samples need them; the Trainer drops them)."""
+        from datasets import DatasetDict
+
+        def encode(batch: dict[str, list]) -> dict[str, list]:
+            enc = tokenizer(batch["source"], max_length=opts.max_source_length, truncation=True)
+            enc["labels"] = tokenizer(text_target=batch["target"], max_length=opts.max_target_length,
+                                      truncation=True)["input_ids"]
+            return enc
+
+        return limit_samples(DatasetDict({
+            split: ds.map(encode, batched=True, remove_columns=[], desc=f"tokenising {split}")
+            for split, ds in dsd.items()
+        }), opts)
+
+    def config_fields(self, tokenizer: PreTrainedTokenizerBase, raw: DatasetDict) -> dict[str, Any]:
+        bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id
+        return {"decoder_start_token_id": bos}
+
+    def set_generation_defaults(self, model: Any, tokenizer: PreTrainedTokenizerBase, opts: TrainOptions) -> None:
+        """Beam 4 and length penalty 0.6 as in the paper (GNMT's penalty; transformers' differs slightly).
+        Only ``max_new_tokens`` bounds the length: setting ``max_length`` too warns on every generate."""
+        gc = model.generation_config
+        gc.pad_token_id, gc.eos_token_id, gc.bos_token_id = (tokenizer.pad_token_id, model.config.eos_token_id,
+                                                             model.config.bos_token_id)
+        gc.decoder_start_token_id = model.config.decoder_start_token_id
+        gc.num_beams, gc.max_new_tokens = opts.num_beams, opts.max_target_length
+        if opts.num_beams > 1:  # beam-only settings; transformers refuses to save them for greedy decoding
+            gc.length_penalty, gc.early_stopping = 0.6, True
+
+    def collator(self, tokenizer: PreTrainedTokenizerBase, model: Any, opts: TrainOptions) -> Any:
+        from transformers import DataCollatorForSeq2Seq
+
+        return DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
+
+    def evaluate(self, trainer: Trainer, data: DatasetDict, tokenizer: PreTrainedTokenizerBase,
+                 opts: TrainOptions) -> Evaluation:
+        import sacrebleu
+
+        test_name = final_split(data)
+        scores, translations = self.translate(trainer, data[test_name], tokenizer, test_name, opts)
+        metrics = {"test_split": test_name, **scores, **evaluate_splits(trainer, data, ("validation",))}
+        sources, refs = data[test_name]["source"], data[test_name]["target"]
+        baseline = {"name": "copy the source sentence",
+                    f"{test_name}_bleu": sacrebleu.corpus_bleu(sources, [refs]).score,
+                    f"{test_name}_chrf": sacrebleu.corpus_chrf(sources, [refs]).score}
+        return Evaluation(metrics, baseline, translations)
+
+    def translate(self, trainer: Trainer, ds: Dataset, tokenizer: PreTrainedTokenizerBase, split: str,
+                  opts: TrainOptions) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """BLEU and chrF (sacrebleu) of beam-search translations, and the translations themselves."""
+        import numpy as np
+        import sacrebleu
+
+        # Seq2SeqTrainer's generating prediction step fills the model's generation_config with every default
+        # (max_length=20 beside our max_new_tokens: a warning on each generate() of the saved model): restore it.
+        settings = copy.deepcopy(trainer.model.generation_config)
+        trainer.args.predict_with_generate = True
+        try:
+            out = trainer.predict(ds, metric_key_prefix=split, num_beams=opts.num_beams,
+                                  max_new_tokens=opts.max_target_length)
+        finally:
+            trainer.args.predict_with_generate = False
+            trainer.model.generation_config = settings
+        # Distributed prediction pads the last round with repeated examples and, with generation, the
+        # gather does not always drop them; the order is preserved, so the first len(ds) rows are ours.
+        preds = np.where(out.predictions == -100, tokenizer.pad_token_id, out.predictions)[: len(ds)]
+        hyps = [h.strip() for h in tokenizer.batch_decode(preds, skip_special_tokens=True)]
+        refs = list(ds["target"])
+        bleu, chrf = sacrebleu.BLEU(), sacrebleu.CHRF()
+        scores = {
+            f"{split}_bleu": bleu.corpus_score(hyps, [refs]).score,
+            f"{split}_chrf": chrf.corpus_score(hyps, [refs]).score,
+            f"{split}_bleu_signature": str(bleu.get_signature()),
+            f"{split}_chrf_signature": str(chrf.get_signature()),
+            f"{split}_sentences": len(hyps),
+            f"{split}_loss": out.metrics.get(f"{split}_loss"),
+        }
+        translations = [{"source": s, "reference": r, "translation": h}
+                        for s, r, h in zip(ds["source"], refs, hyps, strict=True)]
+        return scores, translations
+
+    def samples(self, model: Any, tokenizer: PreTrainedTokenizerBase, raw: DatasetDict, data: DatasetDict,
+                evaluation: Evaluation, opts: TrainOptions) -> list[dict[str, Any]]:
+        return evaluation.outputs[: opts.num_samples]
+
+    def sample_markdown(self, sample: dict[str, Any]) -> str:
+        return (f"- **source:** {sample['source']}\n  - **reference:** {sample['reference']}\n"
+                f"  - **model:** {sample['translation']}")
+
+    def card_procedure_rows(self, options: dict[str, Any]) -> list[tuple[str, str]]:
+        return [("decoding", f"beam {options.get('num_beams')}, length penalty 0.6")]
+
+    def usage_lines(self) -> list[str]:
+        return ['inputs = tokenizer("In the beginning was the Word.", return_tensors="pt")',
+                "print(tokenizer.decode(model.generate(**inputs)[0], skip_special_tokens=True))"]

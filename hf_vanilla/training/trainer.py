@@ -1,0 +1,158 @@
+"""The Trainer with atomic, self-contained checkpoints, and finding the checkpoint to resume from."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+from pathlib import Path
+
+from ..checkpoint import (
+    clear_disk_errors,
+    ensure_code_files,
+    fsync_path,
+    fsync_tree,
+    make_shareable,
+    remove_stale_staging,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@functools.cache
+def trainer_classes() -> tuple[type, type]:
+    """``(VanillaTrainer, VanillaSeq2SeqTrainer)``: built on first use, so importing this module stays light."""
+    from transformers import Seq2SeqTrainer, Trainer
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+
+    class AtomicCheckpointMixin:
+        """Trainer checkpoints that appear all at once, always carry the model code, and say "No space left
+        on device" when the disk fills.
+
+        transformers writes ``checkpoint-N`` file by file in place, so a run killed while saving leaves a
+        folder that resuming picks (it is the newest) but cannot load. Here every process writes into
+        ``.staging-checkpoint-N/checkpoint-N`` (a name the Trainer's checkpoint search ignores); the main
+        process adds the code files, flushes and publishes the folder with one ``os.replace``.
+        """
+
+        def _save_checkpoint(self, model, trial):  # type: ignore[override]
+            run_dir = Path(self._get_output_dir(trial=trial))
+            name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            staging_root, final = run_dir / f".staging-{name}", run_dir / name
+            if self.args.should_save:
+                shutil.rmtree(staging_root, ignore_errors=True)
+                staging_root.mkdir(parents=True)
+            self.accelerator.wait_for_everyone()
+            real_output_dir = self.args.output_dir
+            self.args.output_dir = str(staging_root)  # super() writes to <output_dir>/checkpoint-N
+            try:
+                with clear_disk_errors(final):
+                    super()._save_checkpoint(model, trial)
+            except BaseException:
+                shutil.rmtree(staging_root, ignore_errors=True)
+                raise
+            finally:
+                self.args.output_dir = real_output_dir
+            self.accelerator.wait_for_everyone()  # every rank's files (RNG states, shards) are written
+            if self.args.should_save:
+                self._publish(staging_root / name, final)
+                shutil.rmtree(staging_root, ignore_errors=True)
+                rotate_checkpoints(output_dir=str(run_dir), save_total_limit=self.args.save_total_limit,
+                                   best_model_checkpoint=self.state.best_model_checkpoint)
+            self.accelerator.wait_for_everyone()
+
+        @staticmethod
+        def _publish(staged: Path, final: Path) -> None:
+            ensure_code_files(staged)
+            make_shareable(staged)
+            fsync_tree(staged)
+            if final.exists():  # same step saved before (a resumed run re-saving): replace it
+                shutil.rmtree(final)
+            os.replace(staged, final)
+            fsync_path(final.parent)
+
+    class VanillaTrainer(AtomicCheckpointMixin, Trainer):
+        """``Trainer`` with atomic, self-contained checkpoints."""
+
+    class VanillaSeq2SeqTrainer(AtomicCheckpointMixin, Seq2SeqTrainer):
+        """``Seq2SeqTrainer`` with atomic, self-contained checkpoints."""
+
+    return VanillaTrainer, VanillaSeq2SeqTrainer
+
+
+def checkpoint_problem(checkpoint: Path) -> str | None:
+    """Why ``checkpoint`` cannot be resumed from (naming the file), or None if it reads back."""
+    import json
+
+    from safetensors.torch import load_file
+
+    state = checkpoint / "trainer_state.json"
+    try:
+        json.loads(state.read_text(encoding="utf-8"))["global_step"]
+    except (OSError, ValueError, KeyError) as error:
+        return f"{state} is unreadable ({type(error).__name__}: {error})"
+    weights = sorted(checkpoint.glob("model*.safetensors"))
+    if not weights:
+        return f"{checkpoint} holds no model*.safetensors"
+    for path in weights:
+        try:
+            load_file(str(path))
+        except Exception as error:  # safetensors raises its own SafetensorError for a damaged header or body
+            return f"{path} is unreadable ({type(error).__name__}: {error})"
+    return None
+
+
+def checkpoint_step(checkpoint: Path) -> int:
+    import json
+
+    return int(json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["global_step"])
+
+
+def find_resume_checkpoint(run_dir: Path, resume: str, clean: bool = True) -> Path | None:
+    """The checkpoint to resume from: ``resume`` itself, or (``"latest"``) the newest one that reads back.
+
+    A damaged newest checkpoint is named in a warning and skipped for the previous good one. ``clean``
+    removes the staging folders of saves that were killed (the main process does).
+    """
+    if resume != "latest":
+        checkpoint = Path(resume)
+        if not checkpoint.is_dir():
+            raise FileNotFoundError(f"checkpoint {checkpoint} does not exist")
+        problem = checkpoint_problem(checkpoint)
+        if problem:
+            raise ValueError(f"cannot resume from {checkpoint}: {problem}")
+        return checkpoint
+    if clean:
+        remove_stale_staging(run_dir, "checkpoint")
+    candidates = sorted((p for p in run_dir.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()),
+                        key=lambda p: int(p.name.split("-")[-1]), reverse=True)
+    for checkpoint in candidates:
+        problem = checkpoint_problem(checkpoint)
+        if problem is None:
+            return checkpoint
+        logger.warning("resume: skipping %s: %s", checkpoint.name, problem)
+    if not candidates:
+        logger.warning("resume: no checkpoint in %s, starting from scratch", run_dir)
+    else:
+        logger.warning("resume: no readable checkpoint in %s, starting from scratch", run_dir)
+    return None
+
+
+def load_finished_checkpoint(trainer, checkpoint: Path) -> None:
+    """Give ``trainer`` the weights and state of a checkpoint that already reached the last step, without
+    training: resuming a finished run (or one killed during its final save) must not train further."""
+    from safetensors.torch import load_file
+    from transformers import TrainerState
+
+    model = trainer.model
+    state_dict = {}
+    for path in sorted(checkpoint.glob("model*.safetensors")):
+        state_dict.update(load_file(str(path)))
+    missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    tied = set(getattr(model, "_tied_weights_keys", None) or {})
+    if unexpected or set(missing) - tied:
+        raise ValueError(f"{checkpoint} does not fit this model: missing {sorted(set(missing) - tied)}, "
+                         f"unexpected {sorted(unexpected)}")
+    model.tie_weights()
+    trainer.state = TrainerState.load_from_json(str(checkpoint / "trainer_state.json"))
