@@ -36,7 +36,7 @@ class CausalLM(LanguageModelTask):
         from ...corpora import iter_texts, train_tokenizer
 
         return train_tokenizer(iter_texts(train_split, ("text",)), kind=opts.tokenizer,  # type: ignore[arg-type]
-                                vocab_size=opts.vocab_size, lowercase=opts.lowercase, add_eos=False,
+                               vocab_size=opts.vocab_size, lowercase=opts.lowercase, add_eos=False,
                                model_max_length=self.max_positions(opts), padding_side="left")
 
     def block_columns(self, blocks: list[list[int]]) -> dict[str, list]:
