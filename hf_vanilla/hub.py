@@ -2,7 +2,7 @@
 
 A pushed repo loads anywhere with ``trust_remote_code=True``, without hf_vanilla installed: ``config.json``
 carries ``auto_map`` and the code files (``configuration_vanilla.py``, ``modeling_vanilla.py``,
-``positional.py``, ``linear.py``) travel with the weights. ``model.push_to_hub(...)`` (transformers' own) does this for a
+``positional.py``) travel with the weights. ``model.push_to_hub(...)`` (transformers' own) does this for a
 model alone; :func:`push_run` shares a whole run directory (see :mod:`hf_vanilla.train`): weights, config,
 code, tokenizer, generation config, ``run.json`` / ``metrics.json`` / ``curves.png`` and the model card.
 

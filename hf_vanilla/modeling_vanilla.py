@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.nn import Linear
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
@@ -45,7 +46,6 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla import HEAD_FAMILIES, VanillaConfig, flash_refusal
-from .linear import Linear
 from .positional import (
     NO_POSITIONAL_INPUTS,
     PositionalAttentionInputs,
@@ -179,56 +179,6 @@ def eager_attention_forward(
     return output, weights
 
 
-#: ATen's grain: element-wise work below this many elements runs on the calling thread.
-INLINE_ELEMENTS = 32768
-
-
-def single_token_attention(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float,
-    dropout: float = 0.0,
-    position_bias: torch.Tensor | None = None,
-    **kwargs,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(q K^T) V for one new token over a short cache, as element-wise products and sums.
-
-    Such a decoding step is microseconds of work. SDPA's CPU kernel (like bmm, softmax and MKL's exp) hands
-    it to the thread pool all the same, and waking the pool costs more than the work -- milliseconds when
-    other processes hold the cores. Element-wise ops this small stay on the calling thread; exp2 stands in
-    for exp, which MKL threads. Each key/value head serves its group of query heads without being repeated.
-    Masks come in SDPA's format (boolean, True = attend) or additive.
-    """
-    batch, heads, _, dim = query.shape
-    kv_heads, length = key.shape[1], key.shape[2]
-    grouped = query.reshape(batch, kv_heads, heads // kv_heads, 1, dim)
-    scores = ((grouped * key[:, :, None]).sum(-1) * scaling).view(batch, heads, 1, length)
-    if position_bias is not None:
-        scores = scores + position_bias
-    if attention_mask is not None:
-        attention_mask = attention_mask[..., :length]
-        if attention_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
-        else:
-            scores = scores + attention_mask
-    scores = scores.float() if scores.dtype != torch.float32 else scores
-    weights = torch.exp2((scores - scores.amax(-1, keepdim=True)) * math.log2(math.e))
-    weights = (weights / weights.sum(-1, keepdim=True)).to(query.dtype)
-    if dropout:
-        weights = nn.functional.dropout(weights, p=dropout, training=module.training)
-    output = (weights.view(batch, kv_heads, -1, length, 1) * value[:, :, None]).sum(-2)
-    return output.reshape(batch, 1, heads, dim), weights
-
-
-def use_single_token_attention(query: torch.Tensor, key: torch.Tensor) -> bool:
-    """One query token on CPU, and the whole product small enough to run inline."""
-    batch, heads, query_length, dim = query.shape
-    return query_length == 1 and query.device.type == "cpu" and batch * heads * key.shape[2] * dim <= INLINE_ELEMENTS
-
-
 class VanillaAttention(nn.Module):
     """Multi-head (optionally grouped-query) attention, dispatched through transformers' attention interface."""
 
@@ -295,8 +245,6 @@ class VanillaAttention(nn.Module):
 
         implementation = self.config._attn_implementation
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
-        if implementation == "sdpa" and use_single_token_attention(query, key):
-            attention_interface = single_token_attention  # the same math, without a thread-pool round trip
         if positional.bias is not None:
             kwargs["position_bias"] = positional.bias
         output, weights = attention_interface(

@@ -89,42 +89,6 @@ def test_script_help(monkeypatch, capsys):
 
 
 
-# ----------------------------------------------------------------------------------------------
-# The fast paths the benchmark led to compute what the standard ones do
-
-
-@pytest.mark.parametrize("groups", [1, 2])
-@pytest.mark.parametrize("mask_kind", [None, "bool", "additive", "bias"])
-def test_single_token_attention_matches_sdpa(groups, mask_kind):
-    import torch
-    from torch import nn
-
-    from hf_vanilla.modeling_vanilla import single_token_attention, use_single_token_attention
-
-    torch.manual_seed(0)
-    batch, heads, length, dim = 3, 4, 9, 8
-    query = torch.randn(batch, heads, 1, dim)
-    key, value = torch.randn(2, batch, heads // groups, length, dim)
-    keep = torch.rand(batch, 1, 1, length) > 0.3
-    keep[..., -1] = True  # the new token always sees itself
-    mask = bias = None
-    if mask_kind == "bool":
-        mask = keep
-    elif mask_kind == "additive":
-        mask = torch.zeros(batch, 1, 1, length).masked_fill(~keep, torch.finfo(torch.float32).min)
-    elif mask_kind == "bias":
-        bias = torch.randn(batch, heads, 1, length)
-    module = nn.Module()
-    module.num_key_value_groups, module.training = groups, False
-    assert use_single_token_attention(query, key)
-    output, _ = single_token_attention(module, query, key, value, mask, scaling=0.3, position_bias=bias)
-    sdpa_mask = mask if bias is None else bias
-    expected = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=sdpa_mask, scale=0.3, enable_gqa=groups > 1
-    ).transpose(1, 2)
-    torch.testing.assert_close(output, expected, rtol=1e-5, atol=1e-6)
-
-
 def test_gpu_bench_dry_run_on_cpu(tmp_path, monkeypatch):
     """scripts/gpu_bench.py cannot be timed here (no GPU); its CPU dry run must work and write the same schema."""
     path = tmp_path / "gpu.json"

@@ -39,7 +39,7 @@ TEXTS = ["the king", "thou queen of the night speak"]
 # Files of a training run that are shared: the model and its code, tokenizer, run record, curves and card.
 SHARED_RUN_FILES = [
     ".gitattributes", "README.md", "config.json", "configuration_vanilla.py", "curves.png",
-    "generation_config.json", "linear.py", "metrics.json", "model.safetensors", "modeling_vanilla.py",
+    "generation_config.json", "metrics.json", "model.safetensors", "modeling_vanilla.py",
     "positional.py", "run.json", "tokenizer.json", "tokenizer_config.json", "trainer_state.json",
 ]  # fmt: skip
 
@@ -284,7 +284,6 @@ def test_push_to_hub_on_models_and_tokenizers_goes_through_the_atomic_save(
         "modeling_vanilla.py",
         "configuration_vanilla.py",
         "positional.py",
-        "linear.py",
         "tokenizer.json",
         "tokenizer_config.json",
         "README.md",
