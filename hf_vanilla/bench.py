@@ -34,7 +34,6 @@ Heavy imports (torch, transformers) happen inside functions so that ``hf-vanilla
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
@@ -649,9 +648,9 @@ def write_json(rows: Sequence[Row], path: str) -> None:
     def finite(value: object) -> object:  # NaN/inf are not JSON: a figure that could not be measured is null
         return value if not isinstance(value, float) or math.isfinite(value) else None
 
-    with open(path, "w") as handle:
-        json.dump([{key: finite(value) for key, value in asdict(row).items()} for row in rows], handle, indent=1)
-        handle.write("\n")
+    from .checkpoint import atomic_write_json
+
+    atomic_write_json(path, [{key: finite(value) for key, value in asdict(row).items()} for row in rows])
 
 
 def log_message(message: object) -> None:
