@@ -32,7 +32,7 @@ from .configuration_vanilla import VanillaConfig
 class PositionalAttentionInputs:
     """What a positional scheme hands to every self-attention layer of a stack for one forward."""
 
-    rotary: tuple[torch.Tensor, torch.Tensor] | None = None  # (cos, sin), each (batch, seq, head_dim)
+    rotary: tuple[torch.Tensor, torch.Tensor] | None = None  # (cos, signed sin) from fold_rotation_sign, (batch, 1, seq, head_dim)
     bias: torch.Tensor | None = None  # (batch or 1, heads, query_len, key_len), added to scores
 
 
@@ -139,16 +139,26 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-second, first), dim=-1)
 
 
-def rotate(states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate (batch, heads, seq, head_dim) queries or keys; q.k then depends only on their distance.
+def fold_rotation_sign(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(batch, seq, head_dim) tables -> (batch, 1, seq, head_dim), rotate_half's minus sign moved onto the sine.
 
-    ``states * cos + rotate_half(states) * sin``, with rotate_half's minus sign moved onto the small
-    (seq, head_dim) sine table: three passes over the states (and a lighter backward) instead of five.
+    Done once per forward, not per layer and per projection: decoding a token is small enough that
+    every op call counts.
     """
+    half = sin.shape[-1] // 2
+    return cos.unsqueeze(1), torch.cat((-sin[..., :half], sin[..., half:]), dim=-1).unsqueeze(1)
+
+
+def rotate_folded(states: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """``states * cos + rotate_half(states) * sin`` with tables from :func:`fold_rotation_sign`: three passes
+    over the states (and a lighter backward) instead of five."""
     half = states.shape[-1] // 2
-    signed_sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1).unsqueeze(1)
-    first, second = states.chunk(2, dim=-1)
-    return torch.addcmul(states * cos.unsqueeze(1), torch.cat((second, first), dim=-1), signed_sin)
+    return torch.addcmul(states * cos, torch.cat((states[..., half:], states[..., :half]), dim=-1), signed_sin)
+
+
+def rotate(states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate (batch, heads, seq, head_dim) queries or keys; q.k then depends only on their distance."""
+    return rotate_folded(states, *fold_rotation_sign(cos, sin))
 
 
 class RotaryPositions(PositionalScheme):
@@ -184,7 +194,7 @@ class RotaryPositions(PositionalScheme):
         return cos.to(x.dtype), sin.to(x.dtype)
 
     def attention_inputs(self, hidden_states, position_ids, query_offset, key_length):
-        return PositionalAttentionInputs(rotary=self(hidden_states, position_ids))
+        return PositionalAttentionInputs(rotary=fold_rotation_sign(*self(hidden_states, position_ids)))
 
 
 def cache_distances(query_length: int, query_offset: int | torch.Tensor, key_length: int, device) -> torch.Tensor:
