@@ -16,13 +16,17 @@ ratio, which cancels slow drifts; ratio > 1 means ours is better (faster, or les
 Rows: ``train/<pair>`` (tokens/s of forward + backward), ``forward/<pair>`` (tokens/s, no grad),
 ``generate-b1/<pair>`` and ``generate-b8/<pair>`` (new tokens/s from ``generate()`` with the KV cache),
 ``mfu-train/<pair>`` (model FLOP utilisation against a large float32 matmul timed in the same rounds;
-``matmul-train/<pair>`` gives its rate as our linear layers run it (oneDNN, see ``linear.py``) and as
-``F.linear`` runs it (MKL), and the MFU counts against the faster), ``peak/matmul`` (the same two rates
-before any model runs),
+``matmul-train/<pair>`` gives its rate on oneDNN (the "ours" column) and through ``F.linear`` (MKL on x86, the
+"reference" column), and the MFU counts against the faster), ``peak/matmul`` (the same two rates before any
+model runs),
 ``memory-train/<pair>`` (peak resident memory a training step adds) and ``memory-T<n>/<backend>``
 (peak memory of a forward at n tokens: eager attention materialises (T, T) scores, SDPA must not).
 With ``--compile``: ``compile-train/<pair>`` and ``compile-generate-b1/<pair>`` (static cache), both
 models compiled, plus the speed-up of compiling ours.
+
+With ``--cpu-kernels`` a third model takes its turn in every round: ours with
+:func:`hf_vanilla.cpu_kernels.enable_cpu_kernels` (the "tuned" columns), so plain and tuned are compared
+with the reference in the same rounds. Its kernels measure their choices in the warm-up call.
 
 Heavy imports (torch, transformers) happen inside functions so that ``hf-vanilla --help`` stays fast.
 """
@@ -30,7 +34,6 @@ Heavy imports (torch, transformers) happen inside functions so that ``hf-vanilla
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
@@ -43,6 +46,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel
+
+    from .cpu_kernels import CpuKernelsReport
 
 PAIRS = ("llama", "gpt2", "bert", "bart")
 MEASURES = ("train", "forward", "generate", "memory", "attention-memory")
@@ -85,6 +90,12 @@ class Pair:
     kind: str  # "causal", "masked" or "seq2seq": which inputs the models take
     ours: PreTrainedModel
     reference: PreTrainedModel
+    tuned: PreTrainedModel | None = None  # ours with the CPU kernels on (--cpu-kernels)
+    kernels: CpuKernelsReport | None = None  # what enabling them changed, and (after the runs) what they chose
+
+    def contestants(self) -> dict[str, PreTrainedModel]:
+        models = {"ours": self.ours, "reference": self.reference}
+        return models if self.tuned is None else {**models, "tuned": self.tuned}
 
 
 def _ours(head: type, attn: str, **fields: Any) -> PreTrainedModel:
@@ -168,11 +179,20 @@ BUILDERS: dict[str, Callable[[Sizes, str], Pair]] = {
 }
 
 
-def build_pair(name: str, sizes: Sizes, attn: str = "sdpa", seed: int = 0) -> Pair:
+def build_pair(name: str, sizes: Sizes, attn: str = "sdpa", seed: int = 0, cpu_kernels: bool = False) -> Pair:
+    """The pair; with ``cpu_kernels``, also a copy of ours (same weights) with the CPU kernels on."""
+    import copy
+
     import torch
 
     torch.manual_seed(seed)
-    return BUILDERS[name](sizes, attn)
+    pair = BUILDERS[name](sizes, attn)
+    if cpu_kernels:
+        from .cpu_kernels import enable_cpu_kernels
+
+        pair.tuned = copy.deepcopy(pair.ours)
+        pair.kernels = enable_cpu_kernels(pair.tuned)
+    return pair
 
 
 def count_params(model: PreTrainedModel) -> int:
@@ -287,28 +307,28 @@ def alternate(runs: dict[str, Callable[[], object]], repeats: int, warmup: int =
 class square_matmul:  # noqa: N801 -- used like a function that carries its FLOP count
     """A large float32 matmul ``a @ b.T``: the most this machine does, the denominator of the MFU.
 
-    ``library="torch"`` is ``F.linear`` as the reference models run it (MKL on x86 CPUs); ``"ours"`` is
-    :func:`hf_vanilla.linear.linear` (oneDNN where that is enabled, else the same ``F.linear``).
+    ``library="torch"`` is ``F.linear`` as plain models run it (MKL on x86 CPUs); ``"onednn"`` is the oneDNN
+    product of :mod:`hf_vanilla.cpu_kernels` (``F.linear`` again where this build has no oneDNN).
     """
 
     def __init__(self, side: int, library: str = "torch"):
         import torch
 
-        from .linear import linear
+        from .cpu_kernels import onednn_available, onednn_linear
 
         self.a, self.b = torch.randn(side, side), torch.randn(side, side)
         self.flops = 2 * side**3
-        self.product = linear if library == "ours" else torch.nn.functional.linear
+        self.product = onednn_linear if library == "onednn" and onednn_available() else torch.nn.functional.linear
 
     def __call__(self) -> None:
         self.product(self.a, self.b)
 
 
 def matmul_flops(side: int, repeats: int = 5) -> tuple[float, float]:
-    """FLOP/s of :class:`square_matmul` as hf_vanilla and as torch compute it (medians, alternating rounds)."""
-    ours, torch_ = square_matmul(side, "ours"), square_matmul(side, "torch")
-    times = alternate({"ours": ours, "torch": torch_}, repeats)
-    return ours.flops / statistics.median(times["ours"]), torch_.flops / statistics.median(times["torch"])
+    """FLOP/s of :class:`square_matmul` on oneDNN and through F.linear (medians, alternating rounds)."""
+    onednn, torch_ = square_matmul(side, "onednn"), square_matmul(side, "torch")
+    times = alternate({"onednn": onednn, "torch": torch_}, repeats)
+    return onednn.flops / statistics.median(times["onednn"]), torch_.flops / statistics.median(times["torch"])
 
 
 def _rss_kib(field: str) -> int:
@@ -402,6 +422,8 @@ class Row:
     reference: float
     unit: str
     ratio: float
+    tuned: float | None = None  # ours with the CPU kernels on, and its ratio against the reference
+    tuned_ratio: float | None = None
 
 
 def _paired_ratio(ours: list[float], reference: list[float], higher_is_better: bool) -> float:
@@ -417,52 +439,59 @@ def memory_ratio(ours: float, reference: float) -> float:
 
 
 def throughput_row(name: str, times: dict[str, list[float]], work: float, unit: str) -> Row:
-    ours = [work / t for t in times["ours"]]
-    reference = [work / t for t in times["reference"]]
-    return Row(name, statistics.median(ours), statistics.median(reference), unit, _paired_ratio(ours, reference, True))
+    rates = {side: [work / t for t in times[side]] for side in ("ours", "reference", "tuned") if side in times}
+    row = Row(name, statistics.median(rates["ours"]), statistics.median(rates["reference"]), unit,
+              _paired_ratio(rates["ours"], rates["reference"], True))
+    if "tuned" in rates:
+        row.tuned = statistics.median(rates["tuned"])
+        row.tuned_ratio = _paired_ratio(rates["tuned"], rates["reference"], True)
+    return row
 
 
 def timed_pair(pair: Pair, make: Callable[[PreTrainedModel], Callable[[], None]], repeats: int,
                warmup: int = 1) -> dict[str, list[float]]:
-    return alternate({"ours": make(pair.ours), "reference": make(pair.reference)}, repeats, warmup)
+    return alternate({side: make(model) for side, model in pair.contestants().items()}, repeats, warmup)
 
 
 def bench_pair(pair: Pair, sizes: Sizes, measures: Sequence[str], repeats: int, log) -> list[Row]:
     rows: list[Row] = []
     name, kind = pair.name, pair.kind
     train_inputs = make_inputs(kind, sizes.batch, sizes.seq, sizes.vocab, labels=True)
+    models = pair.contestants()
     if "memory" in measures:  # first, while the parent's heap is as fresh as it gets
-        for model in (pair.ours, pair.reference):
+        for model in models.values():
             model.train()
             train_step(model, train_inputs)()  # lazy one-off set-ups (autograd, kernels) are not the step's memory
-        ours = peak_memory_mib(train_step(pair.ours, train_inputs))
-        reference = peak_memory_mib(train_step(pair.reference, train_inputs))
-        rows.append(Row(f"memory-train/{name}", ours, reference, "MiB", memory_ratio(ours, reference)))
+        peaks = {side: peak_memory_mib(train_step(model, train_inputs)) for side, model in models.items()}
+        row = Row(f"memory-train/{name}", peaks["ours"], peaks["reference"], "MiB",
+                  memory_ratio(peaks["ours"], peaks["reference"]))
+        if "tuned" in peaks:
+            row.tuned, row.tuned_ratio = peaks["tuned"], memory_ratio(peaks["tuned"], peaks["reference"])
+        rows.append(row)
         log(rows[-1])
     if "train" in measures:
-        for model in (pair.ours, pair.reference):
+        for model in models.values():
             model.train()
         # The matmul that stands for the peak takes its turn in the same rounds, under the same load.
-        ours_matmul, torch_matmul = square_matmul(sizes.matmul, "ours"), square_matmul(sizes.matmul, "torch")
-        times = alternate({"ours": train_step(pair.ours, train_inputs),
-                           "reference": train_step(pair.reference, train_inputs),
-                           "matmul-ours": ours_matmul, "matmul-torch": torch_matmul}, repeats)
+        onednn_matmul, torch_matmul = square_matmul(sizes.matmul, "onednn"), square_matmul(sizes.matmul, "torch")
+        times = alternate({**{side: train_step(model, train_inputs) for side, model in models.items()},
+                           "matmul-onednn": onednn_matmul, "matmul-torch": torch_matmul}, repeats)
         row = throughput_row(f"train/{name}", times, tokens_per_batch(kind, train_inputs), "tokens/s")
         rows.append(row)
         log(row)
         matmul_rates = [m.flops / statistics.median(times[f"matmul-{side}"])
-                        for m, side in ((ours_matmul, "ours"), (torch_matmul, "torch"))]
+                        for m, side in ((onednn_matmul, "onednn"), (torch_matmul, "torch"))]
         peak = max(matmul_rates)  # the machine's best float32 matmul, whichever library runs it
         step_flops = train_flops_per_step(pair.ours, sizes)
-        mfu = {side: [100 * step_flops / t / peak for t in times[side]] for side in ("ours", "reference")}
-        rows.append(Row(f"mfu-train/{name}", statistics.median(mfu["ours"]), statistics.median(mfu["reference"]),
-                        "% of matmul", row.ratio))
+        mfu = {side: statistics.median([100 * step_flops / t / peak for t in times[side]]) for side in models}
+        rows.append(Row(f"mfu-train/{name}", mfu["ours"], mfu["reference"], "% of matmul", row.ratio,
+                        mfu.get("tuned"), row.tuned_ratio))
         # The matmul as each model's linear layers compute it; the MFU's denominator is the faster of the two.
         rows.append(Row(f"matmul-train/{name}", matmul_rates[0] / 1e9, matmul_rates[1] / 1e9, "GFLOP/s",
                         matmul_rates[0] / matmul_rates[1]))
         log(rows[-2])
         log(rows[-1])
-    for model in (pair.ours, pair.reference):
+    for model in models.values():
         model.eval()
     if "forward" in measures:
         inputs = make_inputs(kind, sizes.batch, sizes.seq, sizes.vocab, labels=False)
@@ -556,6 +585,7 @@ def run_benchmark(
     threads: int | None = None,
     compile: bool = False,
     attn: str = "sdpa",
+    cpu_kernels: bool = False,
     log: Callable[[object], None] | None = None,
 ) -> list[Row]:
     """Build every pair, measure, and return the rows (see the module docstring)."""
@@ -576,13 +606,15 @@ def run_benchmark(
     log(rows[0])
     per_pair = [measure for measure in measures if measure != "attention-memory"]
     for name in pairs if per_pair else ():
-        pair = build_pair(name, sizes, attn)
+        pair = build_pair(name, sizes, attn, cpu_kernels=cpu_kernels)
         log(f"{name}: ours {count_params(pair.ours):,} parameters, reference {count_params(pair.reference):,}; "
             f"{train_flops_per_step(pair.ours, sizes) / 1e9:.0f} GFLOP per training step")
         pair_rows = bench_pair(pair, sizes, per_pair, repeats, log)
         rows += pair_rows
         if compile:
             rows += bench_compile(pair, sizes, repeats, {row.name: row for row in pair_rows}, log)
+        if pair.kernels is not None:
+            log(pair.kernels.format())  # the choices so far (the tuner is the process's: earlier pairs' too)
     if "attention-memory" in measures:
         rows += attention_memory_rows(sizes, log)
     return rows
@@ -595,10 +627,20 @@ def _number(value: float) -> str:
 
 
 def format_table(rows: Sequence[Row]) -> str:
-    """A Markdown table: pastes as is into docs/performance.md."""
-    lines = ["| name | ours | reference | unit | ratio |", "|---|---:|---:|---|---:|"]
+    """A Markdown table: pastes as is into docs/performance.md (tuned columns when any row has them)."""
+    if not any(row.tuned is not None for row in rows):
+        lines = ["| name | ours | reference | unit | ratio |", "|---|---:|---:|---|---:|"]
+        for row in rows:
+            lines.append(f"| {row.name} | {_number(row.ours)} | {_number(row.reference)} | {row.unit} | "
+                         f"{row.ratio:.2f} |")
+        return "\n".join(lines)
+    lines = ["| name | plain | tuned | reference | unit | plain ratio | tuned ratio |",
+             "|---|---:|---:|---:|---|---:|---:|"]
     for row in rows:
-        lines.append(f"| {row.name} | {_number(row.ours)} | {_number(row.reference)} | {row.unit} | {row.ratio:.2f} |")
+        tuned = _number(row.tuned) if row.tuned is not None else ""
+        tuned_ratio = f"{row.tuned_ratio:.2f}" if row.tuned_ratio is not None else ""
+        lines.append(f"| {row.name} | {_number(row.ours)} | {tuned} | {_number(row.reference)} | {row.unit} | "
+                     f"{row.ratio:.2f} | {tuned_ratio} |")
     return "\n".join(lines)
 
 
@@ -606,16 +648,18 @@ def write_json(rows: Sequence[Row], path: str) -> None:
     def finite(value: object) -> object:  # NaN/inf are not JSON: a figure that could not be measured is null
         return value if not isinstance(value, float) or math.isfinite(value) else None
 
-    with open(path, "w") as handle:
-        json.dump([{key: finite(value) for key, value in asdict(row).items()} for row in rows], handle, indent=1)
-        handle.write("\n")
+    from .checkpoint import atomic_write_json
+
+    atomic_write_json(path, [{key: finite(value) for key, value in asdict(row).items()} for row in rows])
 
 
 def log_message(message: object) -> None:
     """Progress on stderr (the table goes to stdout)."""
     if isinstance(message, Row):
+        tuned = "" if message.tuned is None else \
+            f"  tuned {_number(message.tuned):>10} (ratio {message.tuned_ratio:.2f})"
         message = f"  {message.name:<22} ours {_number(message.ours):>10}  reference {_number(message.reference):>10} " \
-                  f"{message.unit:<12} ratio {message.ratio:.2f}"
+                  f"{message.unit:<12} ratio {message.ratio:.2f}{tuned}"
     print(message, file=sys.stderr, flush=True)
 
 
@@ -628,12 +672,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--compile", action="store_true", help="also time both models under torch.compile (slow)")
     parser.add_argument("--attn", default="sdpa", choices=("sdpa", "eager"), help="attention backend of both models")
-    parser.add_argument("--json", metavar="FILE", help="write the rows as JSON: [{name, ours, reference, unit, ratio}]")
+    parser.add_argument("--cpu-kernels", action="store_true",
+                        help="also time ours with hf_vanilla.cpu_kernels on (the tuned columns)")
+    parser.add_argument("--json", metavar="FILE",
+                        help="write the rows as JSON: [{name, ours, reference, unit, ratio, tuned, tuned_ratio}]")
 
 
 def run_from_args(args: argparse.Namespace) -> int:
     rows = run_benchmark(pairs=args.pairs, measures=args.measures, tiny=args.tiny, repeats=args.repeats,
-                         threads=args.threads, compile=args.compile, attn=args.attn, log=log_message)
+                         threads=args.threads, compile=args.compile, attn=args.attn, cpu_kernels=args.cpu_kernels,
+                         log=log_message)
     print(format_table(rows))
     if args.json:
         write_json(rows, args.json)

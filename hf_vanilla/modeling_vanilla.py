@@ -46,7 +46,7 @@ from .positional import (
     PositionalAttentionInputs,
     PositionalScheme,
     build_positional_scheme,
-    rotate,
+    rotate_folded,
     sinusoid_table,
 )
 
@@ -220,7 +220,7 @@ class VanillaAttention(nn.Module):
         """Queries, keys and values of the new tokens; the keys and values extend the cache."""
         query, key, value = (self._split_heads(proj(hidden_states)) for proj in (self.q_proj, self.k_proj, self.v_proj))
         if positional.rotary is not None:  # keys rotated before caching: a cached key keeps its own position
-            query, key = rotate(query, *positional.rotary), rotate(key, *positional.rotary)
+            query, key = rotate_folded(query, *positional.rotary), rotate_folded(key, *positional.rotary)
         if cache is not None:
             layer_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
             key, value = layer_cache.update(key, value, self.layer_idx, kwargs=kwargs)

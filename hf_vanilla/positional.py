@@ -32,7 +32,7 @@ from .configuration_vanilla import VanillaConfig
 class PositionalAttentionInputs:
     """What a positional scheme hands to every self-attention layer of a stack for one forward."""
 
-    rotary: tuple[torch.Tensor, torch.Tensor] | None = None  # (cos, sin), each (batch, seq, head_dim)
+    rotary: tuple[torch.Tensor, torch.Tensor] | None = None  # (cos, signed sin) from fold_rotation_sign, (batch, 1, seq, head_dim)
     bias: torch.Tensor | None = None  # (batch or 1, heads, query_len, key_len), added to scores
 
 
@@ -139,17 +139,27 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-second, first), dim=-1)
 
 
-def rotate(states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate (batch, heads, seq, head_dim) queries or keys; q.k then depends only on their distance.
+def fold_rotation_sign(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(batch, seq, head_dim) tables -> (batch, 1, seq, head_dim), rotate_half's minus sign moved onto the sine.
 
-    ``states * cos + rotate_half(states) * sin``, with rotate_half's minus sign moved onto the small
-    (seq, head_dim) sine table (negating is exact): fewer passes over the states, and in every dtype the same
-    roundings as Llama's ``apply_rotary_pos_emb`` (two products, each rounded, then their sum).
+    Done once per forward, not per layer and per projection: decoding a token is small enough that
+    every op call counts.
     """
-    half = states.shape[-1] // 2
-    signed_sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1).unsqueeze(1)
+    half = sin.shape[-1] // 2
+    return cos.unsqueeze(1), torch.cat((-sin[..., :half], sin[..., half:]), dim=-1).unsqueeze(1)
+
+
+def rotate_folded(states: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """``states * cos + rotate_half(states) * sin`` with tables from :func:`fold_rotation_sign`: three passes
+    over the states instead of five."""
     first, second = states.chunk(2, dim=-1)
-    return states * cos.unsqueeze(1) + torch.cat((second, first), dim=-1) * signed_sin
+    # Two rounded products, then their sum (not addcmul): in every dtype the roundings of Llama's apply_rotary_pos_emb.
+    return states * cos + torch.cat((second, first), dim=-1) * signed_sin
+
+
+def rotate(states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate (batch, heads, seq, head_dim) queries or keys; q.k then depends only on their distance."""
+    return rotate_folded(states, *fold_rotation_sign(cos, sin))
 
 
 class RotaryPositions(PositionalScheme):
@@ -185,7 +195,7 @@ class RotaryPositions(PositionalScheme):
         return cos.to(x.dtype), sin.to(x.dtype)
 
     def attention_inputs(self, hidden_states, position_ids, query_offset, key_length):
-        return PositionalAttentionInputs(rotary=self(hidden_states, position_ids))
+        return PositionalAttentionInputs(rotary=fold_rotation_sign(*self(hidden_states, position_ids)))
 
 
 def cache_distances(query_length: int, query_offset: int | torch.Tensor, key_length: int, device) -> torch.Tensor:

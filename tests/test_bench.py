@@ -14,13 +14,13 @@ from hf_vanilla import bench
 from hf_vanilla.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[1]
-ROW_KEYS = {"name", "ours", "reference", "unit", "ratio"}
+ROW_KEYS = {"name", "ours", "reference", "unit", "ratio", "tuned", "tuned_ratio"}
 
 
 @pytest.fixture(scope="module")
 def tiny_rows(tmp_path_factory) -> list[dict]:
     path = tmp_path_factory.mktemp("bench") / "rows.json"
-    assert cli_main(["bench", "--tiny", "--repeats", "1", "--json", str(path)]) == 0
+    assert cli_main(["bench", "--tiny", "--repeats", "1", "--cpu-kernels", "--json", str(path)]) == 0
     return json.loads(path.read_text())
 
 
@@ -28,7 +28,7 @@ def test_rows_have_the_schema(tiny_rows):
     assert tiny_rows and all(set(row) == ROW_KEYS for row in tiny_rows)
     for row in tiny_rows:
         assert isinstance(row["name"], str) and isinstance(row["unit"], str)
-        for key in ("ours", "reference", "ratio"):
+        for key in ("ours", "reference", "ratio", "tuned", "tuned_ratio"):
             assert row[key] is None or (isinstance(row[key], int | float) and math.isfinite(row[key]))
     names = [row["name"] for row in tiny_rows]
     assert len(names) == len(set(names))
@@ -49,6 +49,37 @@ def test_throughputs_are_positive(tiny_rows):
     for row in tiny_rows:
         if row["unit"] == "tokens/s":
             assert row["ours"] > 0 and row["reference"] > 0 and row["ratio"] > 0
+            assert row["tuned"] > 0 and row["tuned_ratio"] > 0  # --cpu-kernels: every model row has a tuned side
+
+
+def test_memory_rows_of_pairs_have_a_tuned_side(tiny_rows):
+    for row in tiny_rows:
+        if row["name"].startswith("memory-train/"):
+            assert row["tuned"] is not None and row["tuned_ratio"] is not None
+
+
+def test_tuned_pair_has_the_kernels_on_and_the_same_weights():
+    from torch import nn
+
+    from hf_vanilla.cpu_kernels import ATTENTION_NAME, TunedLinear
+
+    pair = bench.build_pair("llama", bench.TINY, cpu_kernels=True)
+    assert pair.tuned.config._attn_implementation == ATTENTION_NAME and pair.ours.config._attn_implementation == "sdpa"
+    assert all(type(m) is nn.Linear for m in pair.ours.modules() if isinstance(m, nn.Linear))
+    assert all(type(m) is TunedLinear for m in pair.tuned.modules() if isinstance(m, nn.Linear))
+    tuned = pair.tuned.state_dict()
+    for name, tensor in pair.ours.state_dict().items():
+        assert tensor.equal(tuned[name]) and tensor.data_ptr() != tuned[name].data_ptr(), name  # a copy, not shared
+
+
+def test_table_shows_tuned_columns_only_when_measured():
+    plain = bench.Row("train/x", 10.0, 8.0, "tokens/s", 1.25)
+    assert bench.format_table([plain]).splitlines()[0] == "| name | ours | reference | unit | ratio |"
+    tuned = bench.Row("train/x", 10.0, 8.0, "tokens/s", 1.25, tuned=12.0, tuned_ratio=1.5)
+    lines = bench.format_table([tuned, bench.Row("peak/matmul", 2.0, 1.0, "GFLOP/s", 2.0)]).splitlines()
+    assert lines[0] == "| name | plain | tuned | reference | unit | plain ratio | tuned ratio |"
+    assert lines[2] == "| train/x | 10 | 12 | 8 | tokens/s | 1.25 | 1.50 |"
+    assert lines[3] == "| peak/matmul | 2 |  | 1 | GFLOP/s | 2.00 |  |"
 
 
 @pytest.mark.parametrize("name", bench.PAIRS)

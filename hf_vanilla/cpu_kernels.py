@@ -1,0 +1,384 @@
+"""Opt-in CPU kernels, each chosen per host by measuring it against plain torch on the shapes it meets.
+
+Off by default: importing hf_vanilla (or this module) changes nothing, and a model loaded with
+``from_pretrained`` computes with plain ``nn.Linear`` and SDPA. :func:`enable_cpu_kernels` turns the
+kernels on for one model; :func:`disable_cpu_kernels` turns them off again.
+
+Two kernels, each with a plain twin it must beat:
+
+* **oneDNN linear** (plain: ``F.linear``, i.e. MKL for float32 on x86). The forward product and the input
+  gradient run on oneDNN (``torch.ops.mkldnn._linear_pointwise``, the op inductor emits for CPU linear
+  layers); the weight gradient stays on MKL. On some AMD EPYC hosts oneDNN is 1.1-2x faster than MKL, on
+  others slower: hence the measurement. Results agree with ``F.linear`` to float32 rounding.
+* **single-token attention**, registered with transformers' ``AttentionInterface`` under its own name
+  :data:`ATTENTION_NAME` (plain: SDPA). One new query token over a short cache is microseconds of work that
+  SDPA's CPU kernel hands to the thread pool; element-wise products below ATen's grain stay on the
+  calling thread, which pays off when other processes hold the cores.
+
+Like ``torch.backends.cudnn.benchmark``, the first call with a new key (the shape, bucketed to a power of
+two in the token axis, the dtype, whether a backward follows, and torch's thread count) times both
+kernels on the actual inputs -- a few alternating repetitions, medians -- and keeps the tuned one only if
+it wins by :data:`MARGIN`, so noise never flips a choice towards the slower kernel. :data:`TUNER` keeps the
+choices for the process; the report :func:`enable_cpu_kernels` returns shows them.
+
+Anything the measurement does not cover takes the plain path unchanged: other dtypes and devices,
+autocast, tensor subclasses, ``torch.compile`` (inductor picks its own kernels), ``torch.jit.trace`` and
+``torch.export`` (a graph must hold portable ops), functorch transforms. A backward that is itself
+differentiated (``create_graph=True``) uses differentiable ops. Parameters and state-dict keys never
+change: an enabled layer is an ``nn.Linear`` whose class is swapped, so checkpoints, PEFT and
+``save_pretrained`` see a plain linear layer.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import platform
+import statistics
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F  # noqa: N812 -- the usual alias
+from torch import nn
+
+ATTENTION_NAME = "hf_vanilla_cpu_sdpa"  # SDPA, except one CPU query token where the inline path measured faster
+MARGIN = 0.05  # the tuned kernel must be this much faster (median) to be chosen
+REPEATS = 5  # timed calls of each kernel per measurement, alternating, after one warm-up call each
+INLINE_ELEMENTS = 32768  # ATen's grain: element-wise work below this many elements runs on the calling thread
+
+
+# ----------------------------------------------------------------------------------------------
+# Measuring: the first call of each key times both kernels and keeps the faster
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What one key measured: the median milliseconds of each kernel, and which one runs."""
+
+    kernel: str
+    plain_ms: float
+    tuned_ms: float
+    tuned: bool
+
+
+def median_times(plain: Callable[[], object], tuned: Callable[[], object], repeats: int) -> tuple[float, float]:
+    """Median seconds per call of each; one warm-up call each, then alternating calls (the order flips each round)."""
+    plain(), tuned()
+    times: dict[str, list[float]] = {"plain": [], "tuned": []}
+    runs = [("plain", plain), ("tuned", tuned)]
+    for round_ in range(repeats):
+        for name, run in runs if round_ % 2 == 0 else runs[::-1]:
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return statistics.median(times["plain"]), statistics.median(times["tuned"])
+
+
+@dataclass
+class Autotuner:
+    """Per-process memory of which kernel won for each key (like cuDNN's benchmark cache)."""
+
+    margin: float = MARGIN
+    repeats: int = REPEATS
+    choices: dict[Hashable, Choice] = field(default_factory=dict)
+
+    def prefers_tuned(
+        self, key: Hashable, kernel: str, plain: Callable[[], object], tuned: Callable[[], object]
+    ) -> bool:
+        """Whether the tuned kernel runs for ``key``; measured (without autograd) the first time the key is seen."""
+        choice = self.choices.get(key)
+        if choice is None:
+            with torch.no_grad():
+                plain_s, tuned_s = median_times(plain, tuned, self.repeats)
+            choice = Choice(kernel, 1e3 * plain_s, 1e3 * tuned_s, tuned_s < plain_s * (1 - self.margin))
+            self.choices[key] = choice
+        return choice.tuned
+
+    def clear(self) -> None:
+        self.choices.clear()
+
+
+TUNER = Autotuner()
+
+
+def rows_bucket(rows: int) -> int:
+    """The next power of two: sequences of similar length share one measurement."""
+    return 1 << max(0, rows - 1).bit_length()
+
+
+def runs_plain_only() -> bool:
+    """Graph capture and transforms must see the portable ops, and autocast must cast them."""
+    return (
+        torch.compiler.is_compiling()
+        or torch.jit.is_tracing()
+        or torch._C._are_functorch_transforms_active()
+        or torch.is_autocast_enabled("cpu")
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# oneDNN linear
+
+
+def _onednn_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x @ weight.T + bias on oneDNN (the op inductor itself emits for CPU linear layers)."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+@functools.cache
+def onednn_available() -> bool:
+    """Whether this build runs the oneDNN op and gets F.linear's answer (asked on first use, never at import)."""
+    if platform.machine().lower() not in {"x86_64", "amd64"} or not torch.backends.mkldnn.is_available():
+        return False  # only x86 was measured; elsewhere (e.g. oneDNN over ARM's library) nothing is known
+    try:
+        # Fixed values, not torch.randn: the probe must not move the user's random stream.
+        x = torch.linspace(-1.0, 1.0, 24).reshape(3, 8)
+        weight, bias = torch.linspace(0.5, -0.5, 40).reshape(5, 8), torch.linspace(-0.2, 0.2, 5)
+        return torch.allclose(_onednn_product(x, weight, bias), F.linear(x, weight, bias), atol=1e-5)
+    except (RuntimeError, AttributeError, NotImplementedError):
+        return False
+
+
+def _dense(tensor: torch.Tensor | None) -> bool:
+    return tensor is None or type(tensor) in (torch.Tensor, nn.Parameter)
+
+
+def onednn_applies(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """The measured case: plain float32 CPU tensors, a batch of rows, outside capture, transforms and autocast."""
+    return (
+        not runs_plain_only()  # first: under tracing the shape checks below would be recorded as constants
+        and type(x) is torch.Tensor
+        and _dense(weight)
+        and _dense(bias)
+        and x.device.type == "cpu"
+        and weight.device.type == "cpu"
+        and x.dtype == weight.dtype == torch.float32
+        and (bias is None or bias.dtype == torch.float32)
+        and x.dim() >= 2
+        and x.numel() > 0
+        and onednn_available()
+    )
+
+
+class _OneDNNLinearFunction(torch.autograd.Function):
+    """F.linear with oneDNN for the forward product and the input gradient, MKL for the weight gradient."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return _onednn_product(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, weight = ctx.saved_tensors
+        grad_x = grad_weight = grad_bias = None
+        rows = grad.reshape(-1, grad.shape[-1])
+        if ctx.needs_input_grad[0]:
+            # With create_graph the backward itself is differentiated: take differentiable ops.
+            grad_x = grad @ weight if torch.is_grad_enabled() else _onednn_product(grad, weight.t(), None)
+        if ctx.needs_input_grad[1]:
+            grad_weight = rows.t() @ x.reshape(-1, x.shape[-1])
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_bias = rows.sum(0)
+        return grad_x, grad_weight, grad_bias
+
+
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear`` computed on oneDNN (forward and input gradient); callers check :func:`onednn_applies` first."""
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)):
+        return _OneDNNLinearFunction.apply(x, weight, bias)
+    return _onednn_product(x, weight, bias)
+
+
+def _linear_candidates(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, backward: bool
+) -> tuple[Callable[[], object], Callable[[], object]]:
+    """The work that differs between the paths: the forward product, and the input gradient when one follows."""
+    x, weight = x.detach(), weight.detach()
+    bias = bias.detach() if bias is not None else None
+    if not backward:
+        return (lambda: F.linear(x, weight, bias)), (lambda: _onednn_product(x, weight, bias))
+    grad = F.linear(x, weight, bias)  # an output-shaped stand-in for the incoming gradient
+
+    def plain() -> None:
+        F.linear(x, weight, bias)
+        torch.matmul(grad, weight)
+
+    def tuned() -> None:
+        _onednn_product(x, weight, bias)
+        _onednn_product(grad, weight.t(), None)
+
+    return plain, tuned
+
+
+def tuned_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear``, or the oneDNN product where :data:`TUNER` measured it faster for this shape on this host."""
+    if not onednn_applies(x, weight, bias):
+        return F.linear(x, weight, bias)
+    backward = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+    rows = x.numel() // x.shape[-1]
+    key = ("linear", rows_bucket(rows), weight.shape[1], weight.shape[0], bias is not None, backward, x.dtype,
+           torch.get_num_threads())
+    if TUNER.prefers_tuned(key, "oneDNN", *_linear_candidates(x, weight, bias, backward)):
+        return onednn_linear(x, weight, bias)
+    return F.linear(x, weight, bias)
+
+
+class TunedLinear(nn.Linear):
+    """``nn.Linear`` computed by :func:`tuned_linear`; :func:`enable_cpu_kernels` swaps a layer's class to it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return tuned_linear(x, self.weight, self.bias)
+
+
+# ----------------------------------------------------------------------------------------------
+# Single-token attention, under its own name in transformers' AttentionInterface
+
+
+def single_token_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    position_bias: torch.Tensor | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q K^T) V for one new token over a short cache, as element-wise products and sums.
+
+    Element-wise ops this small stay on the calling thread where SDPA's kernel (like bmm, softmax and MKL's
+    exp) wakes the thread pool; exp2 stands in for exp, which MKL threads. Each key/value head serves its
+    group of query heads without being repeated. Masks come in SDPA's format (boolean, True = attend) or
+    additive.
+    """
+    batch, heads, _, dim = query.shape
+    kv_heads, length = key.shape[1], key.shape[2]
+    grouped = query.reshape(batch, kv_heads, heads // kv_heads, 1, dim)
+    scores = ((grouped * key[:, :, None]).sum(-1) * scaling).view(batch, heads, 1, length)
+    if position_bias is not None:
+        scores = scores + position_bias
+    if attention_mask is not None:
+        attention_mask = attention_mask[..., :length]
+        if attention_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + attention_mask
+    scores = scores.float() if scores.dtype != torch.float32 else scores
+    weights = torch.exp2((scores - scores.amax(-1, keepdim=True)) * math.log2(math.e))
+    weights = (weights / weights.sum(-1, keepdim=True)).to(query.dtype)
+    if dropout:
+        weights = nn.functional.dropout(weights, p=dropout, training=module.training)
+    output = (weights.view(batch, kv_heads, -1, length, 1) * value[:, :, None]).sum(-2)
+    return output.reshape(batch, 1, heads, dim), weights
+
+
+def single_token_applies(query: torch.Tensor, key: torch.Tensor, **kwargs) -> bool:
+    """One query token on CPU, the whole product small enough to run inline, and no attention weights asked for."""
+    batch, heads, query_length, dim = query.shape
+    return (
+        not runs_plain_only()
+        and query_length == 1
+        and query.device.type == "cpu"
+        and batch * heads * key.shape[2] * dim <= INLINE_ELEMENTS
+        and not kwargs.get("output_attentions")
+    )
+
+
+def cpu_sdpa_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """transformers' SDPA attention, or :func:`single_token_attention` where :data:`TUNER` measured it faster."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    def plain():
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    if not single_token_applies(query, key, **kwargs):
+        return plain()
+
+    def tuned():
+        return single_token_attention(module, query, key, value, attention_mask, **kwargs)
+
+    batch, heads, _, dim = query.shape
+    mask = None if attention_mask is None else attention_mask.dtype
+    key_ = ("attention", batch, heads, key.shape[1], rows_bucket(key.shape[2]), dim, mask,
+            kwargs.get("position_bias") is not None, query.dtype, torch.get_num_threads())
+    return tuned() if TUNER.prefers_tuned(key_, "single-token", plain, tuned) else plain()
+
+
+def register_attention() -> None:
+    """Register :data:`ATTENTION_NAME` with transformers (the function, and SDPA's mask format for it)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTENTION_NAME, cpu_sdpa_attention)
+    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
+
+
+# ----------------------------------------------------------------------------------------------
+# Turning the kernels on and off for a model
+
+
+@dataclass
+class CpuKernelsReport:
+    """What :func:`enable_cpu_kernels` changed, and (filled in as the model runs) what each shape chose."""
+
+    linear_layers: int
+    attention: str
+    tuner: Autotuner = field(repr=False)
+
+    def choices(self) -> list[dict[str, object]]:
+        return [
+            {"key": key, "kernel": choice.kernel, "chosen": choice.kernel if choice.tuned else "torch",
+             "plain_ms": choice.plain_ms, "tuned_ms": choice.tuned_ms}
+            for key, choice in self.tuner.choices.items()
+        ]
+
+    def format(self) -> str:
+        lines = [f"cpu kernels: {self.linear_layers} linear layers tuned; attention: {self.attention}"]
+        for row in self.choices():
+            lines.append(f"  {row['key']}: {row['chosen']} (torch {row['plain_ms']:.3f} ms, "
+                         f"{row['kernel']} {row['tuned_ms']:.3f} ms)")
+        return "\n".join(lines)
+
+
+def enable_cpu_kernels(model: nn.Module) -> CpuKernelsReport:
+    """Let ``model`` use the CPU kernels where they measure faster; returns a report of what changed.
+
+    Every plain ``nn.Linear`` becomes a :class:`TunedLinear` (the class only: parameters, names and the state
+    dict stay as they are), and a transformers model whose attention is ``"sdpa"`` switches to
+    :data:`ATTENTION_NAME` through ``set_attn_implementation``. Other attention backends are left alone.
+    """
+    swapped = 0
+    for module in model.modules():
+        if type(module) is nn.Linear:
+            module.__class__ = TunedLinear
+            swapped += 1
+    config = getattr(model, "config", None)
+    attention = getattr(config, "_attn_implementation", None)
+    if attention == "sdpa" and hasattr(model, "set_attn_implementation"):
+        register_attention()
+        model.set_attn_implementation(ATTENTION_NAME)
+        attention = f"{ATTENTION_NAME} (was sdpa)"
+    else:
+        attention = f"{attention} (unchanged: only sdpa has a tuned twin)"
+    return CpuKernelsReport(swapped, attention, TUNER)
+
+
+def disable_cpu_kernels(model: nn.Module) -> None:
+    """Undo :func:`enable_cpu_kernels`: plain ``nn.Linear`` layers and SDPA."""
+    for module in model.modules():
+        if type(module) is TunedLinear:
+            module.__class__ = nn.Linear
+    if getattr(getattr(model, "config", None), "_attn_implementation", None) == ATTENTION_NAME:
+        model.set_attn_implementation("sdpa")

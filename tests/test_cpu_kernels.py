@@ -1,0 +1,372 @@
+"""hf_vanilla.cpu_kernels: off by default; when on, each kernel computes what plain torch does, steps aside
+wherever it was not measured, and runs only where its measurement on this host chose it."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F  # noqa: N812
+from hypothesis import given
+from hypothesis import strategies as st
+from torch import nn
+
+from hf_vanilla import VanillaForCausalLM, VanillaForSeq2SeqLM
+from hf_vanilla import cpu_kernels as kernels
+from hf_vanilla.cpu_kernels import (
+    ATTENTION_NAME,
+    Autotuner,
+    TunedLinear,
+    disable_cpu_kernels,
+    enable_cpu_kernels,
+    onednn_linear,
+    single_token_applies,
+    single_token_attention,
+    tuned_linear,
+)
+from tests.factories import tiny_config
+
+X86 = platform.machine().lower() in {"x86_64", "amd64"} and torch.backends.mkldnn.is_available()
+needs_onednn = pytest.mark.skipif(not X86, reason="the oneDNN kernel is measured on x86 builds with oneDNN only")
+
+
+@pytest.fixture
+def onednn_calls(monkeypatch) -> list[tuple[int, ...]]:
+    """Records the input shape of every oneDNN product the model runs (not the tuner's timing calls)."""
+    calls: list[tuple[int, ...]] = []
+    product = kernels._onednn_product
+
+    def counting(x, weight, bias):
+        calls.append(tuple(x.shape))
+        return product(x, weight, bias)
+
+    monkeypatch.setattr(kernels, "_onednn_product", counting)
+    monkeypatch.setattr(kernels, "median_times", lambda plain, tuned, repeats: (1.0, 1.0))  # timing calls unrecorded
+    return calls
+
+
+@pytest.fixture
+def always_tuned(monkeypatch):
+    """A tuner that picks the tuned kernel whatever it measured (the margin is a bonus, not a hurdle)."""
+    monkeypatch.setattr(kernels, "TUNER", Autotuner(margin=-1e9))
+    return kernels.TUNER
+
+
+@pytest.fixture
+def never_tuned(monkeypatch):
+    monkeypatch.setattr(kernels, "TUNER", Autotuner(margin=1.0))  # the tuned kernel would have to take no time
+    return kernels.TUNER
+
+
+# ----------------------------------------------------------------------------------------------
+# Off by default
+
+
+def test_importing_the_package_changes_nothing():
+    """No kernel module, no registered attention, no draw from the random stream at import."""
+    script = (
+        "import sys, torch\n"
+        "torch.manual_seed(0); expected = torch.rand(3); torch.manual_seed(0)\n"
+        "import hf_vanilla\n"
+        "from transformers import AttentionInterface\n"
+        "assert 'hf_vanilla.cpu_kernels' not in sys.modules, 'imported'\n"
+        f"assert {ATTENTION_NAME!r} not in AttentionInterface._global_mapping, 'registered'\n"
+        "assert torch.equal(torch.rand(3), expected), 'random stream moved'\n"
+        "import hf_vanilla.cpu_kernels\n"
+        f"assert {ATTENTION_NAME!r} not in AttentionInterface._global_mapping, 'registered by the module import'\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_a_loaded_model_has_plain_linear_layers_and_sdpa(tmp_path):
+    model = VanillaForCausalLM(tiny_config("decoder"))
+    model.save_pretrained(tmp_path)
+    loaded = VanillaForCausalLM.from_pretrained(tmp_path)
+    linears = [m for m in loaded.modules() if isinstance(m, nn.Linear)]
+    assert linears and all(type(m) is nn.Linear for m in linears)
+    assert loaded.config._attn_implementation == "sdpa"
+
+
+# ----------------------------------------------------------------------------------------------
+# The tuner
+
+
+class FakeClock:
+    """perf_counter that advances by the declared cost of whatever ran, so choices do not depend on load."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def kernel(self, seconds: float, calls: list[str], name: str):
+        def run():
+            calls.append(name)
+            self.now += seconds
+
+        return run
+
+
+@pytest.mark.parametrize(
+    "plain_s, tuned_s, chosen",
+    [(2.0, 1.0, True), (1.0, 2.0, False), (1.0, 0.97, False)],  # the last: inside the margin, plain stays
+    ids=["tuned-faster", "plain-faster", "within-margin"],
+)
+def test_tuner_keeps_the_faster_kernel_and_measures_once(monkeypatch, plain_s, tuned_s, chosen):
+    clock, calls = FakeClock(), []
+    monkeypatch.setattr(kernels.time, "perf_counter", clock)
+    tuner = Autotuner(margin=0.05, repeats=3)
+    plain, tuned = clock.kernel(plain_s, calls, "plain"), clock.kernel(tuned_s, calls, "tuned")
+    assert tuner.prefers_tuned("k", "test", plain, tuned) is chosen
+    # one warm-up each, then alternating rounds whose order flips
+    assert calls == ["plain", "tuned", "plain", "tuned", "tuned", "plain", "plain", "tuned"]
+    assert tuner.prefers_tuned("k", "test", plain, tuned) is chosen and len(calls) == 8  # remembered
+    choice = tuner.choices["k"]
+    assert choice.tuned is chosen and (choice.plain_ms, choice.tuned_ms) == pytest.approx((1e3 * plain_s, 1e3 * tuned_s))
+
+
+def test_tuner_measures_without_autograd():
+    seen = []
+    Autotuner(repeats=1).prefers_tuned("k", "test", lambda: seen.append(torch.is_grad_enabled()), lambda: None)
+    assert seen == [False, False]
+
+
+@needs_onednn
+def test_keys_separate_shapes_backward_and_threads(always_tuned):
+    layer = nn.Linear(16, 8)
+    tuned_linear(torch.randn(3, 16), layer.weight, layer.bias)  # backward follows: the weight needs grad
+    tuned_linear(torch.randn(4, 16), layer.weight, layer.bias)  # 3 and 4 rows: one bucket
+    with torch.no_grad():
+        tuned_linear(torch.randn(4, 16), layer.weight, layer.bias)
+    tuned_linear(torch.randn(5, 16), layer.weight, layer.bias)
+    threads = torch.get_num_threads()
+    keys = set(always_tuned.choices)
+    assert keys == {
+        ("linear", 4, 16, 8, True, True, torch.float32, threads),
+        ("linear", 4, 16, 8, True, False, torch.float32, threads),
+        ("linear", 8, 16, 8, True, True, torch.float32, threads),
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# oneDNN linear: the same maths as F.linear, only where measured
+
+
+@needs_onednn
+@given(
+    leading=st.lists(st.integers(1, 5), min_size=1, max_size=3),
+    features=st.tuples(st.integers(1, 70), st.integers(1, 70)),
+    bias=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_forward_and_gradients_match_f_linear(leading, features, bias, seed):
+    generator = torch.Generator().manual_seed(seed)
+    fan_in, fan_out = features
+    x = torch.randn(*leading, fan_in, generator=generator)
+    weight = torch.randn(fan_out, fan_in, generator=generator)
+    b = torch.randn(fan_out, generator=generator) if bias else None
+    grad = torch.randn(*leading, fan_out, generator=generator)
+
+    def run(fn):
+        leaves = [t.clone().requires_grad_() for t in (x, weight) + ((b,) if bias else ())]
+        out = fn(leaves[0], leaves[1], leaves[2] if bias else None)
+        out.backward(grad)
+        return out.detach(), [leaf.grad for leaf in leaves]
+
+    ours, ours_grads = run(onednn_linear)
+    expected, expected_grads = run(F.linear)
+    torch.testing.assert_close(ours, expected)
+    for got, want in zip(ours_grads, expected_grads, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+@needs_onednn
+def test_chosen_onednn_runs_forward_and_input_gradient(always_tuned, onednn_calls):
+    x = torch.randn(4, 6, 16, requires_grad=True)
+    layer = TunedLinear(16, 24)
+    layer(x).sum().backward()
+    assert onednn_calls == [(4, 6, 16), (4, 6, 24)]  # forward; input gradient (the weight gradient is MKL's)
+    with torch.no_grad():
+        layer(x)
+    assert len(onednn_calls) == 3  # no autograd: the product alone
+
+
+def test_where_plain_torch_measured_faster_it_is_f_linear_bit_for_bit(never_tuned, onednn_calls):
+    x, layer = torch.randn(7, 33, requires_grad=True), nn.Linear(33, 65)
+    out = tuned_linear(x, layer.weight, layer.bias)
+    torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias), rtol=0, atol=0)
+    out.sum().backward()
+    assert onednn_calls == []
+    assert all(not choice.tuned for choice in never_tuned.choices.values())
+
+
+@pytest.mark.parametrize(
+    "x, weight",
+    [
+        (torch.randn(3, 8, dtype=torch.float64), torch.randn(5, 8, dtype=torch.float64)),
+        (torch.randn(3, 8, dtype=torch.bfloat16), torch.randn(5, 8, dtype=torch.bfloat16)),
+        (torch.randn(8), torch.randn(5, 8)),  # a vector: oneDNN's op wants a batch of rows
+        (torch.randn(0, 8), torch.randn(5, 8)),
+    ],
+    ids=["float64", "bfloat16", "vector", "empty"],
+)
+def test_other_inputs_take_f_linear_exactly_and_are_not_measured(x, weight, always_tuned, onednn_calls):
+    torch.testing.assert_close(tuned_linear(x, weight), F.linear(x, weight), rtol=0, atol=0)
+    assert onednn_calls == [] and not always_tuned.choices
+
+
+def test_autocast_still_casts(always_tuned, onednn_calls):
+    """Under CPU autocast F.linear runs in bfloat16; the layer must not quietly stay in float32."""
+    x, weight = torch.randn(4, 16), torch.randn(8, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, expected = tuned_linear(x, weight), F.linear(x, weight)
+    assert out.dtype == expected.dtype == torch.bfloat16 and onednn_calls == []
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
+def test_traced_graphs_hold_the_portable_op(always_tuned):
+    traced = torch.jit.trace(TunedLinear(16, 8), torch.randn(3, 16))
+    kinds = {node.kind() for node in traced.inlined_graph.nodes()}
+    assert "aten::linear" in kinds and not any(kind.startswith("mkldnn::") for kind in kinds)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_exported_programs_hold_the_portable_op(strict, always_tuned):
+    program = torch.export.export(TunedLinear(16, 8), (torch.randn(3, 16),), strict=strict)
+    targets = {str(node.target) for node in program.graph.nodes if node.op == "call_function"}
+    assert targets == {"aten.linear.default"}
+
+
+@needs_onednn
+def test_double_backward_matches_f_linear():
+    """A gradient penalty differentiates the backward: the layer must not be once-differentiable."""
+    generator = torch.Generator().manual_seed(0)
+    x, weight = torch.randn(5, 12, generator=generator), torch.randn(7, 12, generator=generator)
+
+    def penalty(fn):
+        xs, ws = x.clone().requires_grad_(), weight.clone().requires_grad_()
+        (grad_x,) = torch.autograd.grad(fn(xs, ws).pow(2).sum(), xs, create_graph=True)
+        grad_x.pow(2).sum().backward()
+        return ws.grad
+
+    # Four chained products, each rounded in a different order, with cancellation: compare as a whole.
+    ours, expected = penalty(onednn_linear), penalty(F.linear)
+    assert (ours - expected).norm() / expected.norm() < 1e-5
+
+
+def test_measuring_leaves_the_random_stream_alone(always_tuned):
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    x, weight = torch.ones(4, 8), torch.ones(5, 8)
+    torch.manual_seed(0)
+    tuned_linear(x, weight)
+    torch.testing.assert_close(torch.rand(3), expected, rtol=0, atol=0)
+
+
+# ----------------------------------------------------------------------------------------------
+# Single-token attention
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+@pytest.mark.parametrize("mask_kind", [None, "bool", "additive", "bias"])
+def test_single_token_attention_matches_sdpa(groups, mask_kind):
+    torch.manual_seed(0)
+    batch, heads, length, dim = 3, 4, 9, 8
+    query = torch.randn(batch, heads, 1, dim)
+    key, value = torch.randn(2, batch, heads // groups, length, dim)
+    keep = torch.rand(batch, 1, 1, length) > 0.3
+    keep[..., -1] = True  # the new token always sees itself
+    mask = bias = None
+    if mask_kind == "bool":
+        mask = keep
+    elif mask_kind == "additive":
+        mask = torch.zeros(batch, 1, 1, length).masked_fill(~keep, torch.finfo(torch.float32).min)
+    elif mask_kind == "bias":
+        bias = torch.randn(batch, heads, 1, length)
+    module = nn.Module()
+    module.num_key_value_groups, module.training = groups, False
+    assert single_token_applies(query, key)
+    output, _ = single_token_attention(module, query, key, value, mask, scaling=0.3, position_bias=bias)
+    sdpa_mask = mask if bias is None else bias
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=sdpa_mask, scale=0.3, enable_gqa=groups > 1
+    ).transpose(1, 2)
+    torch.testing.assert_close(output, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_single_token_path_only_for_one_small_cpu_query():
+    query, key = torch.randn(1, 4, 1, 8), torch.randn(1, 4, 9, 8)
+    assert single_token_applies(query, key)
+    assert not single_token_applies(torch.randn(1, 4, 2, 8), key)  # a prompt: SDPA
+    assert not single_token_applies(query, torch.randn(1, 4, 2048, 8))  # past ATen's grain: the pool has work
+    assert not single_token_applies(query, key, output_attentions=True)  # SDPA's answer to that request
+
+
+# ----------------------------------------------------------------------------------------------
+# Turning the kernels on and off
+
+
+@pytest.mark.parametrize("family", ["decoder", "encoder-decoder"])
+def test_enabled_model_keeps_its_checkpoint_and_computes_the_same(family, always_tuned, tmp_path):
+    torch.manual_seed(0)
+    head = VanillaForSeq2SeqLM if family == "encoder-decoder" else VanillaForCausalLM
+    model = head(tiny_config(family)).eval()
+    ids = torch.randint(3, model.config.vocab_size, (2, 9))
+    inputs = {"input_ids": ids, "labels": ids}
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        out = model(**inputs)
+        out.loss.backward()
+        return out.logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    def greedy():
+        with torch.no_grad():
+            return model.generate(input_ids=ids[:, :4], max_new_tokens=6, do_sample=False, eos_token_id=None,
+                                  pad_token_id=0)
+
+    keys = list(model.state_dict())
+    logits, grads = step()
+    tokens = greedy()
+    report = enable_cpu_kernels(model)
+    assert model.config._attn_implementation == ATTENTION_NAME and ATTENTION_NAME in report.attention
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    assert report.linear_layers == len(linears) and all(type(m) is TunedLinear for m in linears)
+    assert list(model.state_dict()) == keys
+    tuned_logits, tuned_grads = step()
+    torch.testing.assert_close(tuned_logits, logits)
+    assert tuned_grads.keys() == grads.keys()
+    for name in grads:
+        torch.testing.assert_close(tuned_grads[name], grads[name], msg=name)
+    assert torch.equal(greedy(), tokens)
+    kinds = {row["kernel"] for row in report.choices()}
+    assert kinds == ({"oneDNN", "single-token"} if X86 else {"single-token"})
+    assert "single-token" in report.format()
+
+    model.save_pretrained(tmp_path)  # an ordinary checkpoint: no kernel name in the config
+    assert ATTENTION_NAME not in (tmp_path / "config.json").read_text()
+    disable_cpu_kernels(model)
+    assert all(type(m) is nn.Linear for m in linears) and model.config._attn_implementation == "sdpa"
+
+
+def test_other_attention_backends_are_left_alone(always_tuned):
+    config = tiny_config("decoder")
+    config._attn_implementation = "eager"
+    model = VanillaForCausalLM(config)
+    report = enable_cpu_kernels(model)
+    assert model.config._attn_implementation == "eager" and "unchanged" in report.attention
+
+
+def test_subclasses_of_linear_are_not_swapped(always_tuned):
+    class Special(nn.Linear):
+        pass
+
+    model = nn.Sequential(nn.Linear(4, 4), Special(4, 4))
+    assert enable_cpu_kernels(model).linear_layers == 1
+    assert [type(m) for m in model] == [TunedLinear, Special]
+
