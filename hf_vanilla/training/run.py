@@ -175,6 +175,10 @@ def build_model(task: Task, tokenizer, raw, opts: TrainOptions):
         model = model_class(config) if opts.attn_implementation is None else \
             model_class._from_config(config, attn_implementation=opts.attn_implementation)
     task.set_generation_defaults(model, tokenizer, opts)
+    if opts.cpu_kernels:
+        from ..cpu_kernels import enable_cpu_kernels
+
+        logger.info("--cpu-kernels: %s", enable_cpu_kernels(model).format())
     return model
 
 
