@@ -58,7 +58,8 @@ def test_attention_backends_agree_with_padding(family, scheme):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_output_attentions_and_hidden_states(family):
-    config = tiny_config(family, "alibi", num_decoder_layers=3, attn_implementation="eager")
+    depth = dict(num_decoder_layers=3) if family == "encoder-decoder" else {}  # only an encoder-decoder has one
+    config = tiny_config(family, "alibi", **depth, attn_implementation="eager")
     model = hv.VanillaModel(config).eval()
     ids, mask = padded_batch()
     out = model(**model_inputs(family, ids, mask), output_attentions=True, output_hidden_states=True)
