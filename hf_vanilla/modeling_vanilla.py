@@ -8,7 +8,6 @@ the task heads. Positional schemes live in ``positional.py`` behind one interfac
 This file travels to the Hub with the model: it imports only torch, transformers and its siblings.
 """
 
-from __future__ import annotations
 
 import ctypes
 import math

@@ -1,5 +1,6 @@
 """Every family x positional scheme x norm placement trains, and every attention backend agrees."""
 
+import inspect
 import itertools
 
 import pytest
@@ -154,3 +155,17 @@ def test_bad_inputs_get_clear_errors():
     seq2seq = tiny_model("encoder-decoder")
     with pytest.raises(ValueError, match="Pass exactly one of input_ids or inputs_embeds"):
         seq2seq(decoder_input_ids=torch.tensor([[3]]))
+
+
+@pytest.mark.parametrize("name", [n for n in hv.modeling_vanilla.__all__ if n != "VanillaPreTrainedModel"])
+def test_forward_signatures_advertise_transformers_kwargs(name):
+    """Tools read `**kwargs: Unpack[TransformersKwargs]` from the signature (auto_docstring's kwargs probe:
+    `parameter.annotation.__args__[0]`); a string annotation (from __future__) hides output_attentions & co."""
+    from transformers.utils import TransformersKwargs
+
+    forward = getattr(hv.modeling_vanilla, name).forward
+    kwargs = [p for p in inspect.signature(forward).parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
+    assert len(kwargs) == 1 and hasattr(kwargs[0].annotation, "__args__"), kwargs
+    advertised = kwargs[0].annotation.__args__[0]
+    assert advertised is TransformersKwargs
+    assert {"output_attentions", "output_hidden_states", "num_items_in_batch"} <= advertised.__optional_keys__
