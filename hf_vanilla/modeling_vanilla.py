@@ -335,7 +335,11 @@ class ResidualStep(nn.Module):
 
 
 class VanillaBlock(GradientCheckpointingLayer):
-    """One encoder or decoder layer."""
+    """One encoder or decoder layer.
+
+    Tensors that may need gradients come as positional arguments: reentrant gradient checkpointing only
+    backpropagates through those (a learned position bias shared by all layers included).
+    """
 
     def __init__(self, config: VanillaConfig, layer_idx: int, is_causal: bool, has_cross_attention: bool):
         super().__init__()
@@ -354,11 +358,14 @@ class VanillaBlock(GradientCheckpointingLayer):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
+        position_bias: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        positional: PositionalAttentionInputs = NO_POSITIONAL_INPUTS,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
         cache: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
+        positional = PositionalAttentionInputs(rotary=rotary, bias=position_bias)
+
         def self_attention(x: torch.Tensor) -> torch.Tensor:
             return self.self_attn(x, attention_mask, positional, cache=cache, **kwargs)[0]
 
@@ -692,7 +699,7 @@ class VanillaEncoder(VanillaStack):
         mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
         positional = self.positions.attention_inputs(hidden_states, position_ids, 0, length)
         for layer in self.layers:
-            hidden_states = layer(hidden_states, mask, positional=positional, **kwargs)
+            hidden_states = layer(hidden_states, mask, None, positional.bias, rotary=positional.rotary, **kwargs)
         return BaseModelOutput(last_hidden_state=self.finish(hidden_states))
 
 
@@ -758,8 +765,9 @@ class VanillaDecoder(VanillaStack):
                 hidden_states,
                 mask,
                 encoder_hidden_states,
+                positional.bias,
                 encoder_attention_mask=cross_mask,
-                positional=positional,
+                rotary=positional.rotary,
                 cache=cache,
                 **kwargs,
             )
