@@ -544,6 +544,12 @@ class VanillaPreTrainedModel(PreTrainedModel):
         super()._init_weights(module)
         if isinstance(module, PositionalScheme):
             reset_positional_buffers(module)
+        elif isinstance(module, VanillaTokenEmbedding) and module.scale != 1.0:
+            # The paper's reference code (tensor2tensor, fairseq): N(0, d^-1/2), so the sqrt(d)-scaled embeddings
+            # have unit variance, as the sinusoids added to them do (std 0.02 leaves tokens swamped by positions).
+            init.normal_(module.weight, std=module.embedding_dim**-0.5)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
         elif isinstance(module, VanillaForSeq2SeqLM | VanillaForCausalLM | VanillaForMaskedLM):
             if module.lm_head.bias is not None:
                 init.zeros_(module.lm_head.bias)
