@@ -4,20 +4,25 @@ The defaults are the paper's base model (Vaswani et al. 2017, table 3): an encod
 d_model=512, 6+6 layers, 8 heads, d_ff=2048, ReLU, post-norm residual blocks, sinusoidal positions,
 dropout 0.1, embeddings scaled by sqrt(d_model) and shared with the output projection.
 
-Every option is validated when the config is built, so a bad combination fails here, with the
-field and the allowed values named, and never deep inside a forward pass.
+Every option is validated when the config is built (value and JSON type), so a bad combination fails
+here, with the field and the allowed values named, and never deep inside a forward pass; an option the
+chosen scheme, norm or family would ignore is refused. Keys that are not options are kept and saved, as
+transformers' own configs do (tools add attributes), and named once in the log.
 
 This file travels to the Hub with the model: it imports only transformers and the standard library.
 """
 
-from __future__ import annotations
-
 import copy
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from huggingface_hub.dataclasses import strict
+from huggingface_hub.errors import StrictDataclassFieldValidationError
 from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 ARCHITECTURES = ("encoder", "decoder", "encoder-decoder")
 POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned", "rope", "alibi", "relative", "none")
@@ -26,12 +31,14 @@ NORM_TYPES = ("layernorm", "rmsnorm")
 SINUSOIDAL_LAYOUTS = ("interleaved", "concatenated")
 CLASSIFIER_POOLINGS = ("first", "last", "mean")
 
-# Keyword arguments transformers itself passes to a config besides its fields (loading, legacy, runtime).
+# Keyword arguments transformers itself passes to a config besides its fields (loading, legacy, runtime): kept
+# without comment. Any other unknown key is kept too (as PreTrainedConfig does), and named once in the log.
 _PASSED_THROUGH = frozenset(
     {
         "num_labels", "auto_map", "model_type", "name_or_path", "_name_or_path", "torch_dtype", "attn_implementation",
         "output_attentions", "experts_implementation", "per_layer_config", "_commit_hash", "rope_scaling",
         "rope_theta", "partial_rotary_factor", "_attn_implementation_internal", "_experts_implementation_internal",
+        "transformers_version",
         # generation settings older checkpoints stored in config.json; transformers moves them out
         "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "temperature", "top_k", "top_p",
         "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size",
@@ -53,11 +60,32 @@ HEAD_FAMILIES: dict[str, tuple[str, ...]] = {
 }
 
 
+def field_errors_as_value_errors(cls: type) -> type:
+    """`@strict` checks each field's type on assignment (JSON gives "512", 2.7 or "false" as readily as 512);
+    its error becomes a ValueError naming the field and the fix, like every other config error."""
+    strict_setattr = cls.__setattr__
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        try:
+            strict_setattr(self, name, value)
+        except StrictDataclassFieldValidationError as error:
+            expected = cls.__dataclass_fields__[name].type
+            raise ValueError(
+                f"VanillaConfig.{name}={value!r} has the wrong type: {name} takes "
+                f"{getattr(expected, '__name__', expected)}. In config.json write numbers and booleans unquoted "
+                "(512, 0.1, true), integers without a fraction, and floats with a decimal point."
+            ) from error
+
+    cls.__setattr__ = __setattr__
+    return cls
+
+
 def _choice(field: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ValueError(f"VanillaConfig.{field}={value!r} is not supported; choose one of {', '.join(map(repr, allowed))}.")
 
 
+@field_errors_as_value_errors
 @strict(accept_kwargs=True)
 class VanillaConfig(PreTrainedConfig):
     r"""Configuration of an hf_vanilla transformer.
@@ -176,12 +204,11 @@ class VanillaConfig(PreTrainedConfig):
                 f"This config describes a {loaded_type!r} model, not hf_vanilla's {self.model_type!r}. Convert the "
                 "checkpoint first: `hf-vanilla convert SRC OUT` or hf_vanilla.convert.from_hf(model)."
             )
-        unknown = sorted(k for k in kwargs if k not in _PASSED_THROUGH and k not in self.attribute_map)
-        if unknown:
-            raise ValueError(
-                f"VanillaConfig got unknown option(s) {unknown}. Check the spelling against the documented fields "
-                "(help(hf_vanilla.VanillaConfig)); a config.json edited by hand or written for another model "
-                "cannot be trusted to describe these weights."
+        unused = sorted(k for k in kwargs if k not in _PASSED_THROUGH and k not in self.attribute_map)
+        if unused:
+            logger.warning_once(
+                f"VanillaConfig keeps {unused} as attributes (they are saved with the config), but hf_vanilla does "
+                "not use them; check the spelling against help(hf_vanilla.VanillaConfig) if they were meant as options."
             )
         _choice("architecture", self.architecture, ARCHITECTURES)
         # Derived from the family, never set independently: the three must agree.
@@ -205,7 +232,10 @@ class VanillaConfig(PreTrainedConfig):
             self.classifier_pooling = "last" if self.architecture == "decoder" else "first"
         if self.decoder_start_token_id is None and self.is_encoder_decoder:
             self.decoder_start_token_id = self.bos_token_id
+        check_inactive_options(self, rope_scaling=kwargs.get("rope_scaling"))
         super().__post_init__(**kwargs)
+        if self.position_embedding_type != "rope":
+            self.rope_parameters = None  # the base class fills in RoPE defaults; without RoPE they would only mislead
         # Checked here as well as by `@strict` so the error is a plain ValueError naming the field.
         self.check_fields()
 
@@ -255,6 +285,14 @@ class VanillaConfig(PreTrainedConfig):
             raise ValueError("VanillaConfig.relative_attention_num_buckets and _max_distance must be at least 2.")
         if self.norm_eps <= 0:
             raise ValueError(f"VanillaConfig.norm_eps must be positive, got {self.norm_eps}.")
+        for field in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+            value = getattr(self, field)
+            for token_id in value if isinstance(value, list) else [value]:
+                if token_id is not None and not 0 <= token_id < self.vocab_size:
+                    raise ValueError(
+                        f"VanillaConfig.{field}={value!r} is outside the vocabulary [0, {self.vocab_size}); set it to "
+                        "the tokenizer's id for that token (or None), or raise vocab_size to the tokenizer's length."
+                    )
         if self.is_encoder_decoder and self.decoder_start_token_id is None:
             raise ValueError(
                 "VanillaConfig.decoder_start_token_id is needed by an encoder-decoder (it starts every target); "
@@ -284,7 +322,7 @@ class VanillaConfig(PreTrainedConfig):
         return config
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: Any, **kwargs: Any) -> VanillaConfig:
+    def from_pretrained(cls, pretrained_model_name_or_path: Any, **kwargs: Any) -> "VanillaConfig":
         try:
             return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
         except ValueError as error:  # name the file: the message alone does not say which checkpoint is bad
@@ -299,7 +337,7 @@ class VanillaConfig(PreTrainedConfig):
         return self.num_decoder_layers
 
     @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> VanillaConfig:
+    def from_preset(cls, name: str, **overrides: Any) -> "VanillaConfig":
         """A config shaped like a well-known model; ``overrides`` change any field.
 
         Presets: see :data:`PRESETS` (``transformer-base``, ``transformer-big``, ``bert-base``,
@@ -308,6 +346,47 @@ class VanillaConfig(PreTrainedConfig):
         if name not in PRESETS:
             raise ValueError(f"Unknown preset {name!r}; available: {', '.join(sorted(PRESETS))}.")
         return cls(**{**copy.deepcopy(PRESETS[name]), **overrides})
+
+
+#: Options that change nothing unless a condition holds -> (the condition in words, its test, the option's default).
+#: A setting that would be ignored is refused rather than silently dropped.
+INACTIVE_UNLESS: dict[str, tuple[str, Callable[["VanillaConfig"], bool], Any]] = {
+    "position_offset": ("position_embedding_type is 'sinusoidal' or 'learned'",
+                        lambda c: c.position_embedding_type in ("sinusoidal", "learned"), 0),
+    "sinusoidal_layout": ("position_embedding_type='sinusoidal'",
+                          lambda c: c.position_embedding_type == "sinusoidal", "interleaved"),
+    "relative_attention_num_buckets": ("position_embedding_type='relative'",
+                                       lambda c: c.position_embedding_type == "relative", 32),
+    "relative_attention_max_distance": ("position_embedding_type='relative'",
+                                        lambda c: c.position_embedding_type == "relative", 128),
+    "rope_parameters": ("position_embedding_type='rope'", lambda c: c.position_embedding_type == "rope", None),
+    "norm_bias": ("norm_type='layernorm'", lambda c: c.norm_type == "layernorm", True),
+    "num_decoder_layers": ("architecture='encoder-decoder'", lambda c: c.architecture == "encoder-decoder", None),
+}
+
+#: The RoPE settings PreTrainedConfig writes into every config that has the field (older saves carry them).
+_BASE_ROPE_DEFAULTS = ({"rope_theta": 10000.0, "rope_type": "default"}, {"rope_theta": 10000, "rope_type": "default"})
+
+
+def check_inactive_options(config: "VanillaConfig", rope_scaling: dict | None = None) -> None:
+    """Refuse a setting the chosen scheme, norm or family would silently ignore."""
+    for name, (condition, active, default) in INACTIVE_UNLESS.items():
+        if active(config):
+            continue
+        value = getattr(config, name)
+        if name == "rope_parameters":
+            value = rope_scaling or value
+            ignored = value is not None and value not in _BASE_ROPE_DEFAULTS
+        elif name == "num_decoder_layers":
+            ignored = value != config.num_hidden_layers
+        else:
+            ignored = value != default
+        if ignored:
+            raise ValueError(
+                f"VanillaConfig.{name}={value!r} has no effect unless {condition} (this config has "
+                f"position_embedding_type={config.position_embedding_type!r}, norm_type={config.norm_type!r}, "
+                f"architecture={config.architecture!r}); remove it, or choose the setting it belongs to."
+            )
 
 
 def flash_refusal(scheme: str, impl: str) -> str:

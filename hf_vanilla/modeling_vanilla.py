@@ -8,7 +8,6 @@ the task heads. Positional schemes live in ``positional.py`` behind one interfac
 This file travels to the Hub with the model: it imports only torch, transformers and its siblings.
 """
 
-from __future__ import annotations
 
 import math
 from collections.abc import Callable
@@ -296,7 +295,11 @@ class ResidualStep(nn.Module):
 
 
 class VanillaBlock(GradientCheckpointingLayer):
-    """One encoder or decoder layer."""
+    """One encoder or decoder layer.
+
+    Tensors that may need gradients come as positional arguments: reentrant gradient checkpointing only
+    backpropagates through those (a learned position bias shared by all layers included).
+    """
 
     def __init__(self, config: VanillaConfig, layer_idx: int, is_causal: bool, has_cross_attention: bool):
         super().__init__()
@@ -316,11 +319,14 @@ class VanillaBlock(GradientCheckpointingLayer):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
+        position_bias: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        positional: PositionalAttentionInputs = NO_POSITIONAL_INPUTS,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
         cache: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
+        positional = PositionalAttentionInputs(rotary=rotary, bias=position_bias)
+
         def self_attention(x: torch.Tensor) -> torch.Tensor:
             return self.self_attn(x, attention_mask, positional, cache=cache, **kwargs)[0]
 
@@ -408,6 +414,12 @@ class VanillaPreTrainedModel(PreTrainedModel):
         super()._init_weights(module)
         if isinstance(module, PositionalScheme):
             reset_positional_buffers(module)
+        elif isinstance(module, VanillaTokenEmbedding) and module.scale != 1.0:
+            # The paper's reference code (tensor2tensor, fairseq): N(0, d^-1/2), so the sqrt(d)-scaled embeddings
+            # have unit variance, as the sinusoids added to them do (std 0.02 leaves tokens swamped by positions).
+            init.normal_(module.weight, std=module.embedding_dim**-0.5)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
         elif isinstance(module, VanillaForSeq2SeqLM | VanillaForCausalLM | VanillaForMaskedLM):
             if module.lm_head.bias is not None:
                 init.zeros_(module.lm_head.bias)
@@ -534,7 +546,7 @@ class VanillaEncoder(VanillaStack):
         mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
         positional = self.positions.attention_inputs(hidden_states, position_ids, 0, length)
         for layer in self.layers:
-            hidden_states = layer(hidden_states, mask, positional=positional, **kwargs)
+            hidden_states = layer(hidden_states, mask, None, positional.bias, rotary=positional.rotary, **kwargs)
         return BaseModelOutput(last_hidden_state=self.finish(hidden_states))
 
 
@@ -601,8 +613,9 @@ class VanillaDecoder(VanillaStack):
                 hidden_states,
                 mask,
                 encoder_hidden_states,
+                positional.bias,
                 encoder_attention_mask=cross_mask,
-                positional=positional,
+                rotary=positional.rotary,
                 cache=cache,
                 **kwargs,
             )

@@ -16,7 +16,6 @@ unchanged and the bias lines up with whatever keys the cache holds.
 This file travels to the Hub with the model: it imports only torch, transformers and its siblings.
 """
 
-from __future__ import annotations
 
 import math
 from dataclasses import dataclass

@@ -1,12 +1,14 @@
 """Bad configuration is refused when the config is built, naming the field and what is allowed."""
 
+import json
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
 import hf_vanilla as hv
 from hf_vanilla.configuration_vanilla import PRESETS
-from tests.factories import tiny_config
+from tests.factories import HEAD_FOR_FAMILY, tiny_config
 
 
 @pytest.mark.parametrize(
@@ -107,3 +109,71 @@ def test_explicit_head_dim_need_not_divide_hidden_size():
     assert model.model.decoder.layers[0].self_attn.q_proj.out_features == 64
     ids = torch.tensor([[3, 4, 5]])
     assert model(input_ids=ids).logits.shape == (1, 3, config.vocab_size)
+
+
+@pytest.mark.parametrize("family", ["encoder", "decoder", "encoder-decoder"])
+def test_saved_config_with_extra_attributes_reloads(family, tmp_path, caplog):
+    """Tools and users add attributes to a config and save it (PreTrainedConfig keeps them); it must reload."""
+    from transformers import AutoConfig, AutoModel
+
+    notes = f"notes_{family.replace('-', '_')}"  # a key per family: the log names a given set of keys once
+    model = HEAD_FOR_FAMILY[family](tiny_config(family))
+    model.config.layer_norm_eps = 1e-3
+    setattr(model.config, notes, {"task": family, "epochs": 3})
+    model.save_pretrained(tmp_path)
+    with caplog.at_level("WARNING"):
+        config = AutoConfig.from_pretrained(tmp_path)
+    assert isinstance(config, hv.VanillaConfig)
+    assert config.layer_norm_eps == 1e-3 and getattr(config, notes) == {"task": family, "epochs": 3}
+    assert f"['layer_norm_eps', '{notes}']" in caplog.text and "does not use them" in caplog.text
+    reloaded = type(model).from_pretrained(tmp_path)
+    assert getattr(reloaded.config, notes)["task"] == family
+    backbone = AutoModel.from_pretrained(tmp_path)
+    assert isinstance(backbone, hv.VanillaModel) and backbone.config.layer_norm_eps == 1e-3
+    reloaded.save_pretrained(tmp_path / "again")  # and they survive the next save
+    assert getattr(hv.VanillaConfig.from_pretrained(tmp_path / "again"), notes)["epochs"] == 3
+
+
+def test_keys_transformers_writes_are_accepted_silently(tmp_path, caplog):
+    model = hv.VanillaForCausalLM(tiny_config("decoder", "rope")).to(torch.bfloat16)
+    model.save_pretrained(tmp_path)
+    written = json.loads((tmp_path / "config.json").read_text())
+    assert {"transformers_version", "architectures", "auto_map", "dtype", "model_type"} <= written.keys()
+    with caplog.at_level("INFO"):
+        config = hv.VanillaConfig.from_pretrained(tmp_path)
+    assert "does not use" not in caplog.text
+    assert config.architectures == ["VanillaForCausalLM"] and config.dtype == torch.bfloat16
+    assert config.rope_parameters == {"rope_theta": 10000.0, "rope_type": "default"}
+
+
+def test_rope_settings_are_absent_without_rope_and_older_saves_still_load(tmp_path):
+    config = tiny_config("decoder", "sinusoidal")
+    assert config.rope_parameters is None
+    config.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    # checkpoints saved before carry the defaults PreTrainedConfig fills in; they had no effect and still load
+    saved["rope_parameters"] = {"rope_theta": 10000.0, "rope_type": "default"}
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert hv.VanillaConfig.from_pretrained(tmp_path).rope_parameters is None
+    saved["rope_parameters"] = {"rope_theta": 500000.0, "rope_type": "default"}
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match=r"config.json: VanillaConfig.rope_parameters=.* has no effect unless "):
+        hv.VanillaConfig.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("hidden_size", "32", r"hidden_size='32' has the wrong type: hidden_size takes int"),
+        ("num_hidden_layers", 2.7, r"num_hidden_layers=2.7 has the wrong type"),
+        ("tie_word_embeddings", "false", r"tie_word_embeddings='false' has the wrong type: .* takes bool"),
+        ("pad_token_id", 97, r"pad_token_id=97 is outside the vocabulary \[0, 97\)"),
+        ("eos_token_id", [2, 500], r"eos_token_id=\[2, 500\] is outside the vocabulary"),
+    ],
+)
+def test_json_values_of_the_wrong_type_or_range_are_refused_naming_the_field(field, value, message, tmp_path):
+    tiny_config("decoder").save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**saved, field: value}))
+    with pytest.raises(ValueError, match=message):
+        hv.VanillaConfig.from_pretrained(tmp_path)

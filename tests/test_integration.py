@@ -8,16 +8,20 @@ import hf_vanilla as hv
 from tests.factories import FAMILIES, model_inputs, padded_batch, tiny_config, tiny_model, tiny_tokenizer
 
 
+@pytest.mark.parametrize("reentrant", [False, True])
+@pytest.mark.parametrize("scheme", ["rope", "alibi", "relative", "learned"])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_gradient_checkpointing_gives_the_same_gradients(family):
+def test_gradient_checkpointing_gives_the_same_gradients(family, scheme, reentrant):
+    """Reentrant checkpointing sees only tensors passed as arguments: a learned bias shared by the layers
+    must reach each one as an argument, or its graph is backpropagated once per layer (and fails)."""
     ids, mask = padded_batch()
     inputs = model_inputs(family, ids, mask)
     labels = inputs.get("decoder_input_ids", ids)
     grads = []
     for checkpointing in (False, True):
-        model = tiny_model(family, "rope").train()
+        model = tiny_model(family, scheme).train()
         if checkpointing:
-            model.activation_checkpointing_enable()
+            model.activation_checkpointing_enable({"use_reentrant": reentrant})
             assert model.is_activation_checkpointing
         model(**inputs, labels=labels).loss.backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()})

@@ -1,5 +1,6 @@
 """Every family x positional scheme x norm placement trains, and every attention backend agrees."""
 
+import inspect
 import itertools
 
 import pytest
@@ -58,7 +59,8 @@ def test_attention_backends_agree_with_padding(family, scheme):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_output_attentions_and_hidden_states(family):
-    config = tiny_config(family, "alibi", num_decoder_layers=3, attn_implementation="eager")
+    depth = dict(num_decoder_layers=3) if family == "encoder-decoder" else {}  # only an encoder-decoder has one
+    config = tiny_config(family, "alibi", **depth, attn_implementation="eager")
     model = hv.VanillaModel(config).eval()
     ids, mask = padded_batch()
     out = model(**model_inputs(family, ids, mask), output_attentions=True, output_hidden_states=True)
@@ -153,3 +155,17 @@ def test_bad_inputs_get_clear_errors():
     seq2seq = tiny_model("encoder-decoder")
     with pytest.raises(ValueError, match="Pass exactly one of input_ids or inputs_embeds"):
         seq2seq(decoder_input_ids=torch.tensor([[3]]))
+
+
+@pytest.mark.parametrize("name", [n for n in hv.modeling_vanilla.__all__ if n != "VanillaPreTrainedModel"])
+def test_forward_signatures_advertise_transformers_kwargs(name):
+    """Tools read `**kwargs: Unpack[TransformersKwargs]` from the signature (auto_docstring's kwargs probe:
+    `parameter.annotation.__args__[0]`); a string annotation (from __future__) hides output_attentions & co."""
+    from transformers.utils import TransformersKwargs
+
+    forward = getattr(hv.modeling_vanilla, name).forward
+    kwargs = [p for p in inspect.signature(forward).parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
+    assert len(kwargs) == 1 and hasattr(kwargs[0].annotation, "__args__"), kwargs
+    advertised = kwargs[0].annotation.__args__[0]
+    assert advertised is TransformersKwargs
+    assert {"output_attentions", "output_hidden_states", "num_items_in_batch"} <= advertised.__optional_keys__

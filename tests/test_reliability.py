@@ -2,18 +2,21 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
+from types import SimpleNamespace
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
 import hf_vanilla as hv
 from hf_vanilla.checkpoint import load_complete, save_pretrained_atomic
+from hf_vanilla.configuration_vanilla import INACTIVE_UNLESS
 from hf_vanilla.convert import convert_checkpoint
 from tests.factories import (
     BACKENDS,
@@ -31,7 +34,7 @@ def valid_configs(draw):
     heads = draw(st.sampled_from([1, 2, 4]))
     kv_heads = draw(st.sampled_from([h for h in (1, 2, 4) if heads % h == 0]))
     head_dim = draw(st.sampled_from([4, 8]))
-    return dict(
+    fields = dict(
         architecture=draw(st.sampled_from(FAMILIES)),
         position_embedding_type=draw(st.sampled_from(SCHEMES)),
         norm_position=draw(st.sampled_from(["pre", "post"])),
@@ -57,6 +60,10 @@ def valid_configs(draw):
         bos_token_id=1,
         eos_token_id=2,
     )
+    # An option the drawn scheme, norm or family would ignore is not valid: leave it at its default.
+    drawn = SimpleNamespace(**fields)
+    return {name: value for name, value in fields.items()
+            if name not in INACTIVE_UNLESS or INACTIVE_UNLESS[name][1](drawn)}
 
 
 @given(fields=valid_configs(), length=st.integers(2, 6), batch=st.integers(1, 3), data=st.data())
@@ -90,6 +97,10 @@ INVALID = st.sampled_from([
     ("architecture", "decoder-only"), ("position_embedding_type", "xpos"), ("norm_position", "middle"),
     ("norm_type", "batchnorm"), ("hidden_act", "nope"), ("num_key_value_heads", 3), ("hidden_size", 0),
     ("attention_dropout", -0.1), ("intermediate_size", 0), ("sinusoidal_layout", "spiral"),
+    # wrong JSON types and ids outside the vocabulary
+    ("hidden_size", "16"), ("num_hidden_layers", 1.5), ("num_hidden_layers", True), ("tie_word_embeddings", "false"),
+    ("norm_eps", "1e-5"), ("hidden_dropout", True), ("pad_token_id", 40), ("eos_token_id", [2, -1]),
+    ("bos_token_id", "1"), ("rope_parameters", "default"),
 ])
 
 
@@ -101,9 +112,16 @@ def test_every_invalid_configuration_is_refused_naming_the_field(fields, bad):
         hv.VanillaConfig(**fields)
 
 
-def test_unknown_option_is_refused():
-    with pytest.raises(ValueError, match=r"unknown option\(s\) \['num_layer'\]"):
-        hv.VanillaConfig(num_layer=3)
+@given(fields=valid_configs(), option=st.sampled_from(sorted(INACTIVE_UNLESS)))
+def test_an_option_the_config_would_ignore_is_refused(fields, option):
+    condition, active, default = INACTIVE_UNLESS[option]
+    config = hv.VanillaConfig(**fields)
+    assume(not active(config))
+    setting = {"position_offset": 2, "sinusoidal_layout": "concatenated", "relative_attention_num_buckets": 8,
+               "relative_attention_max_distance": 64, "rope_parameters": {"rope_type": "default", "rope_theta": 500.0},
+               "norm_bias": False, "num_decoder_layers": config.num_hidden_layers + 1}[option]
+    with pytest.raises(ValueError, match=rf"VanillaConfig.{option}=.* has no effect unless {re.escape(condition)}"):
+        hv.VanillaConfig(**dict(fields, **{option: setting}))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -162,8 +180,8 @@ def test_config_with_unknown_or_missing_keys(tmp_path):
     tiny_model("decoder", "learned").save_pretrained(tmp_path)
     path = tmp_path / "config.json"
     config = json.loads(path.read_text())
-    path.write_text(json.dumps({**config, "num_hiden_layers": 4}))
-    with pytest.raises(ValueError, match=r"config.json: VanillaConfig got unknown option\(s\) \['num_hiden_layers'\]"):
+    path.write_text(json.dumps({**config, "num_hidden_layers": "2"}))
+    with pytest.raises(ValueError, match=r"config.json: VanillaConfig.num_hidden_layers='2' has the wrong type"):
         hv.VanillaForCausalLM.from_pretrained(tmp_path)
     del config["hidden_size"]  # falls back to the default 512: the stored weights no longer fit
     path.write_text(json.dumps(config))
