@@ -176,10 +176,10 @@ class VanillaConfig(PreTrainedConfig):
     attention_bias: bool = True
     mlp_bias: bool = True
     type_vocab_size: int = 0
-    hidden_dropout: float = 0.1
-    attention_dropout: float = 0.0
-    activation_dropout: float = 0.0
-    classifier_dropout: float | None = None
+    hidden_dropout: int | float = 0.1
+    attention_dropout: int | float = 0.0
+    activation_dropout: int | float = 0.0
+    classifier_dropout: int | float | None = None
     lm_head_bias: bool = False
     lm_head_transform: bool = False
     lm_head_scale: float = 1.0

@@ -177,3 +177,16 @@ def test_json_values_of_the_wrong_type_or_range_are_refused_naming_the_field(fie
     (tmp_path / "config.json").write_text(json.dumps({**saved, field: value}))
     with pytest.raises(ValueError, match=message):
         hv.VanillaConfig.from_pretrained(tmp_path)
+
+
+def test_numbers_json_writes_as_integers_are_accepted_where_llama_accepts_them(tmp_path):
+    """JSON has one number type: `"attention_dropout": 0` is as valid in a config.json as 0.0 (LlamaConfig takes it)."""
+    from transformers import LlamaConfig
+
+    LlamaConfig(attention_dropout=0)  # the reference: an int where a float is expected, for a dropout
+    tiny_config("decoder").save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    zeros = dict.fromkeys(("hidden_dropout", "attention_dropout", "activation_dropout", "classifier_dropout"), 0)
+    (tmp_path / "config.json").write_text(json.dumps({**saved, **zeros}))
+    config = hv.VanillaConfig.from_pretrained(tmp_path)
+    assert [getattr(config, name) for name in zeros] == [0, 0, 0, 0]
