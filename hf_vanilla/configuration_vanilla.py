@@ -16,8 +16,7 @@ import copy
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from huggingface_hub.dataclasses import strict
-from huggingface_hub.errors import StrictDataclassFieldValidationError
+from huggingface_hub.dataclasses import StrictDataclassFieldValidationError, strict
 from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
 from transformers.utils import logging
