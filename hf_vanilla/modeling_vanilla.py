@@ -954,7 +954,7 @@ class VanillaForSeq2SeqLM(VanillaLMHeadMixin, VanillaPreTrainedModel, Generation
 
 
 # ----------------------------------------------------------------------------------------------
-# Understanding heads (encoder or decoder)
+# Understanding heads (encoder or decoder; sequence classification in any family)
 
 
 def last_eos_positions(
