@@ -28,7 +28,7 @@ POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned", "rope", "alibi", "relative"
 NORM_POSITIONS = ("pre", "post")
 NORM_TYPES = ("layernorm", "rmsnorm")
 SINUSOIDAL_LAYOUTS = ("interleaved", "concatenated")
-CLASSIFIER_POOLINGS = ("first", "last", "mean")
+CLASSIFIER_POOLINGS = ("first", "last", "mean", "eos")
 
 # Keyword arguments transformers itself passes to a config besides its fields (loading, legacy, runtime): kept
 # without comment. Any other unknown key is kept too (as PreTrainedConfig does), and named once in the log.
@@ -53,7 +53,7 @@ HEAD_FAMILIES: dict[str, tuple[str, ...]] = {
     "VanillaForCausalLM": ("decoder",),
     "VanillaForMaskedLM": ("encoder",),
     "VanillaForSeq2SeqLM": ("encoder-decoder",),
-    "VanillaForSequenceClassification": ("encoder", "decoder"),
+    "VanillaForSequenceClassification": ARCHITECTURES,
     "VanillaForTokenClassification": ("encoder", "decoder"),
     "VanillaForQuestionAnswering": ("encoder", "decoder"),
 }
@@ -128,7 +128,8 @@ class VanillaConfig(PreTrainedConfig):
         lm_head_transform: BERT's dense + activation + norm between the last block and the output projection.
         lm_head_scale: factor on the last hidden states before the output projection (T5: d_model**-0.5).
         classifier_pooling: which token summarises a sequence for classification: ``"first"``
-            (the [CLS] token), ``"last"`` (last non-padding token, for decoders) or ``"mean"``.
+            (the [CLS] token), ``"last"`` (last non-padding token, for decoders), ``"mean"`` or ``"eos"`` (the
+            last ``eos_token_id`` of each row, as BART does; the default for an encoder-decoder).
         pooler: BERT's dense + tanh over the pooled token before the classifier.
         initializer_range: std of the normal initialisation.
         tie_word_embeddings: share the output projection with the token embeddings.
@@ -228,7 +229,7 @@ class VanillaConfig(PreTrainedConfig):
         if self.final_norm is None:
             self.final_norm = self.norm_position == "pre"
         if self.classifier_pooling is None:
-            self.classifier_pooling = "last" if self.architecture == "decoder" else "first"
+            self.classifier_pooling = {"decoder": "last", "encoder-decoder": "eos"}.get(self.architecture, "first")
         if self.decoder_start_token_id is None and self.is_encoder_decoder:
             self.decoder_start_token_id = self.bos_token_id
         check_inactive_options(self, rope_scaling=kwargs.get("rope_scaling"))

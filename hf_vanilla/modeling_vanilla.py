@@ -29,6 +29,7 @@ from transformers.modeling_outputs import (
     QuestionAnsweringModelOutput,
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
+    Seq2SeqSequenceClassifierOutput,
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
@@ -953,39 +954,69 @@ class VanillaForSeq2SeqLM(VanillaLMHeadMixin, VanillaPreTrainedModel, Generation
 
 
 # ----------------------------------------------------------------------------------------------
-# Understanding heads (encoder or decoder)
+# Understanding heads (encoder or decoder; sequence classification in any family)
+
+
+def last_eos_positions(
+    input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None, eos_token_id: int | list[int] | None
+) -> torch.Tensor:
+    """Each row's last EOS, as BartForSequenceClassification pools; rows must hold the same number, as BART requires."""
+    if input_ids is None:
+        raise ValueError(
+            "classifier_pooling='eos' finds each row's EOS token in input_ids; pass input_ids (inputs_embeds alone "
+            "cannot be pooled this way, as in BartForSequenceClassification)."
+        )
+    if eos_token_id is None:
+        raise ValueError("classifier_pooling='eos' needs config.eos_token_id; set it, or pick another classifier_pooling.")
+    is_eos = torch.isin(input_ids, torch.tensor(eos_token_id, device=input_ids.device))
+    if attention_mask is not None:  # a pad token that doubles as EOS (GPT-2 style) is not a sentence end
+        is_eos &= attention_mask.bool()
+    counts = is_eos.sum(-1)
+    if (counts == 0).any() or (counts != counts[0]).any():
+        raise ValueError(
+            f"All rows must hold the same number of EOS tokens (eos_token_id={eos_token_id}), at least one; got "
+            f"{counts.tolist()} per row. End every sequence with EOS, as BART's tokenizer does."
+        )
+    positions = torch.arange(input_ids.shape[-1], device=input_ids.device)
+    return (is_eos * positions).argmax(-1)
 
 
 class VanillaPooler(nn.Module):
-    """One vector per sequence: the first token, the last real token, or the mean; BERT's dense + tanh optional."""
+    """One vector per sequence: the first token, the last real token, the mean or the last EOS; BERT's dense + tanh optional."""
 
     def __init__(self, config: VanillaConfig):
         super().__init__()
         self.strategy = config.classifier_pooling
         self.pad_token_id = config.pad_token_id
+        self.eos_token_id = config.eos_token_id
         self.dense = nn.Linear(config.hidden_size, config.hidden_size) if config.pooler else None
 
     def forward(
         self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, input_ids: torch.Tensor | None
     ) -> torch.Tensor:
+        pooled = self.select(hidden_states, attention_mask, input_ids)
+        return torch.tanh(self.dense(pooled)) if self.dense is not None else pooled
+
+    def select(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, input_ids: torch.Tensor | None
+    ) -> torch.Tensor:
+        rows = torch.arange(hidden_states.shape[0], device=hidden_states.device)
+        if self.strategy == "eos":
+            return hidden_states[rows, last_eos_positions(input_ids, attention_mask, self.eos_token_id)]
         if attention_mask is None and input_ids is not None and self.pad_token_id is not None:
             attention_mask = input_ids.ne(self.pad_token_id)
         if self.strategy == "first":
-            pooled = hidden_states[:, 0]
-        elif self.strategy == "mean":
+            return hidden_states[:, 0]
+        if self.strategy == "mean":
             if attention_mask is None:
-                pooled = hidden_states.mean(1)
-            else:
-                weights = attention_mask.to(hidden_states.dtype)[..., None]
-                pooled = (hidden_states * weights).sum(1) / weights.sum(1).clamp(min=1.0)
-        else:  # last real token: the rightmost position the mask keeps (works for left and right padding)
-            if attention_mask is None:
-                pooled = hidden_states[:, -1]
-            else:
-                positions = torch.arange(hidden_states.shape[1], device=hidden_states.device)
-                last = (attention_mask.bool() * positions).argmax(-1)
-                pooled = hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), last]
-        return torch.tanh(self.dense(pooled)) if self.dense is not None else pooled
+                return hidden_states.mean(1)
+            weights = attention_mask.to(hidden_states.dtype)[..., None]
+            return (hidden_states * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+        # last real token: the rightmost position the mask keeps (works for left and right padding)
+        if attention_mask is None:
+            return hidden_states[:, -1]
+        positions = torch.arange(hidden_states.shape[1], device=hidden_states.device)
+        return hidden_states[rows, (attention_mask.bool() * positions).argmax(-1)]
 
 
 class VanillaUnderstandingHead(VanillaPreTrainedModel):
@@ -1005,7 +1036,8 @@ class VanillaUnderstandingHead(VanillaPreTrainedModel):
 
 
 class VanillaForSequenceClassification(VanillaUnderstandingHead):
-    """A label (or a regression value) per sequence."""
+    """A label (or a regression value) per sequence; an encoder-decoder reads it as BartForSequenceClassification
+    does: the decoder takes input_ids shifted right and the label comes from its state at the last EOS."""
 
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
@@ -1026,17 +1058,48 @@ class VanillaForSequenceClassification(VanillaUnderstandingHead):
         position_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
-    ) -> SequenceClassifierOutput:
-        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+    ) -> SequenceClassifierOutput | Seq2SeqSequenceClassifierOutput:
+        if self.config.is_encoder_decoder and decoder_input_ids is None and decoder_inputs_embeds is None:
+            decoder_input_ids = self._decoder_input_ids(input_ids)
+        outputs = self._encode(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+            decoder_input_ids=decoder_input_ids, decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs, decoder_inputs_embeds=decoder_inputs_embeds, **kwargs,
+        )
         pooled = self.pooler(outputs.last_hidden_state, attention_mask, input_ids)
         logits = self.score(self.dropout(pooled))
         loss = None
         if labels is not None:
             loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config, **kwargs)
-        return SequenceClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        if not self.config.is_encoder_decoder:
+            return SequenceClassifierOutput(
+                loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+            )
+        return Seq2SeqSequenceClassifierOutput(
+            loss=loss,
+            logits=logits,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
         )
+
+    def _decoder_input_ids(self, input_ids: torch.Tensor | None) -> torch.Tensor:
+        """BartModel's default decoder inputs: the source itself, shifted right behind the start token."""
+        if input_ids is None:
+            raise ValueError(
+                "VanillaForSequenceClassification on an encoder-decoder needs input_ids: the decoder reads them "
+                "shifted right and the classifier pools at their last EOS (as BartForSequenceClassification); "
+                "inputs_embeds alone are not enough."
+            )
+        return shift_tokens_right(input_ids, self.config.pad_token_id, self.config.decoder_start_token_id)
 
 
 class VanillaForTokenClassification(VanillaUnderstandingHead):
