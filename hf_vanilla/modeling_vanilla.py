@@ -443,8 +443,8 @@ def refuse_flex_generation_on_cpu(config: VanillaConfig, device: torch.device, m
     length: the ALiBi/relative bias, or transformers' padding mask. Say so before generating, not mid-way."""
     if config._attn_implementation != "flex_attention" or device.type != "cpu":
         return
-    padded = [key for key in ("attention_mask", "decoder_attention_mask")
-              if model_kwargs.get(key) is not None and not bool(model_kwargs[key].all())]
+    masks = {key: model_kwargs.get(key) for key in ("attention_mask", "decoder_attention_mask")}
+    padded = [key for key, mask in masks.items() if mask is not None and mask.dim() == 2 and not bool(mask.all())]
     scheme = config.position_embedding_type
     if scheme in ("alibi", "relative") or padded:
         reason = f"the {scheme} attention bias" if scheme in ("alibi", "relative") else f"a padded {padded[0]}"
