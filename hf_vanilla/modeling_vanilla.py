@@ -411,6 +411,10 @@ class VanillaPreTrainedModel(PreTrainedModel):
         refuse_flash_with_bias(self.config, requested)
         return super().set_attn_implementation(attn_implementation, allow_all_kernels=allow_all_kernels)
 
+    def _validate_model_kwargs(self, model_kwargs: dict) -> None:
+        refuse_flex_generation_on_cpu(self.config, self.device, model_kwargs)
+        super()._validate_model_kwargs(model_kwargs)
+
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
         if isinstance(module, PositionalScheme):
@@ -432,6 +436,24 @@ def refuse_flash_with_bias(config: VanillaConfig, implementation: str | None) ->
     scheme = config.position_embedding_type
     if implementation and "flash" in implementation and scheme in ("alibi", "relative"):
         raise ValueError(flash_refusal(scheme, implementation))
+
+
+def refuse_flex_generation_on_cpu(config: VanillaConfig, device: torch.device, model_kwargs: dict) -> None:
+    """torch 2.13's inductor emits CPU flex kernels that do not compile (``'cur_kvSplitSize0' was not declared``)
+    once generation recompiles them for growing lengths while score_mod/mask_mod read a captured tensor of that
+    length: the ALiBi/relative bias, or transformers' padding mask. Say so before generating, not mid-way."""
+    if config._attn_implementation != "flex_attention" or device.type != "cpu":
+        return
+    masks = {key: model_kwargs.get(key) for key in ("attention_mask", "decoder_attention_mask")}
+    padded = [key for key, mask in masks.items() if mask is not None and mask.dim() == 2 and not bool(mask.all())]
+    scheme = config.position_embedding_type
+    if scheme in ("alibi", "relative") or padded:
+        reason = f"the {scheme} attention bias" if scheme in ("alibi", "relative") else f"a padded {padded[0]}"
+        raise ValueError(
+            f"generate() with attn_implementation='flex_attention' on CPU cannot use {reason}: torch's inductor "
+            "fails to compile the CPU flex kernel for a captured bias or padding mask once generation changes the "
+            "sequence length. Generate on CPU with model.set_attn_implementation('sdpa') or 'eager' (the same tokens)."
+        )
 
 
 def reset_positional_buffers(scheme: PositionalScheme) -> None:

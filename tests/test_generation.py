@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import DynamicCache, EncoderDecoderCache, StaticCache
 
-from tests.factories import SCHEMES, padded_batch, tiny_model
+from tests.factories import BACKENDS, SCHEMES, padded_batch, tiny_model
 
 GENERATING = ("decoder", "encoder-decoder")
 
@@ -25,6 +25,31 @@ def test_cached_equals_uncached_greedy_with_padding(family, scheme):
     static = model.generate(**settings, cache_implementation="static")
     torch.testing.assert_close(cached, uncached, rtol=0, atol=0)
     torch.testing.assert_close(cached, static, rtol=0, atol=0)
+
+
+BIAS_SCHEMES = ("alibi", "relative")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("family", GENERATING)
+def test_generate_on_every_backend_cached_equals_uncached(family, scheme, backend):
+    # One prompt shape and length for every case, so the flex kernels compiled for one scheme serve the next.
+    model = tiny_model(family, scheme, attn_implementation=backend)
+    ids, mask = prompts(family)
+    settings = dict(input_ids=ids, attention_mask=mask, max_new_tokens=3, do_sample=False, eos_token_id=None)
+    if backend == "flex_attention":
+        # torch's CPU flex kernel does not compile a captured bias or padding mask once generation changes lengths.
+        reason = f"the {scheme} attention bias" if scheme in BIAS_SCHEMES else "a padded attention_mask"
+        with pytest.raises(ValueError, match=rf"flex_attention.*CPU cannot use {reason}.*'sdpa'"):
+            model.generate(**settings)
+        if scheme not in BIAS_SCHEMES:  # without padding the kernels compile: flex generates, cached as uncached
+            settings.update(input_ids=ids[:1, -5:], attention_mask=mask[:1, -5:])
+        else:
+            model.set_attn_implementation("sdpa")  # the alternative the refusal names
+    uncached = model.generate(**settings, use_cache=False)
+    cached = model.generate(**settings, use_cache=True)
+    torch.testing.assert_close(cached, uncached, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
