@@ -411,10 +411,6 @@ class VanillaPreTrainedModel(PreTrainedModel):
         refuse_flash_with_bias(self.config, requested)
         return super().set_attn_implementation(attn_implementation, allow_all_kernels=allow_all_kernels)
 
-    def _validate_model_kwargs(self, model_kwargs: dict) -> None:
-        refuse_flex_generation_on_cpu(self.config, self.device, model_kwargs)
-        super()._validate_model_kwargs(model_kwargs)
-
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
         if isinstance(module, PositionalScheme):
@@ -838,6 +834,10 @@ class VanillaForCausalLM(VanillaLMHeadMixin, VanillaPreTrainedModel, GenerationM
         self._build_lm_head(config)
         self.post_init()
 
+    def generate(self, *args, **kwargs):
+        refuse_flex_generation_on_cpu(self.config, self.device, kwargs)  # before anything compiles
+        return super().generate(*args, **kwargs)
+
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @can_return_tuple
     def forward(
@@ -917,6 +917,10 @@ class VanillaForSeq2SeqLM(VanillaLMHeadMixin, VanillaPreTrainedModel, Generation
         self._build_lm_head(config)
         self.post_init()
         self.loss_type = "ForMaskedLM"
+
+    def generate(self, *args, **kwargs):
+        refuse_flex_generation_on_cpu(self.config, self.device, kwargs)  # before anything compiles
+        return super().generate(*args, **kwargs)
 
     def get_encoder(self, modality: str | None = None):
         return self.model.encoder
