@@ -825,6 +825,13 @@ def keep_last_logits(hidden_states: torch.Tensor, logits_to_keep: int | torch.Te
     return hidden_states[:, logits_to_keep]
 
 
+def seq2seq_states(outputs: Seq2SeqModelOutput) -> dict:
+    """The per-stack states a Seq2Seq head passes on from the bare model's output unchanged."""
+    names = ("decoder_hidden_states", "decoder_attentions", "cross_attentions", "encoder_last_hidden_state",
+             "encoder_hidden_states", "encoder_attentions")
+    return {name: getattr(outputs, name) for name in names}
+
+
 class VanillaForCausalLM(VanillaLMHeadMixin, VanillaPreTrainedModel, GenerationMixin):
     """Decoder-only language model (GPT-like): predicts token t+1 from tokens <= t."""
 
@@ -970,12 +977,7 @@ class VanillaForSeq2SeqLM(VanillaLMHeadMixin, VanillaPreTrainedModel, Generation
             loss=loss,
             logits=logits,
             cache=outputs.cache,
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
+            **seq2seq_states(outputs),
         )
 
 
@@ -1109,12 +1111,7 @@ class VanillaForSequenceClassification(VanillaUnderstandingHead):
         return Seq2SeqSequenceClassifierOutput(
             loss=loss,
             logits=logits,
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
+            **seq2seq_states(outputs),
         )
 
     def _decoder_input_ids(self, input_ids: torch.Tensor | None) -> torch.Tensor:
