@@ -787,25 +787,43 @@ def plot_attention_cost(
     return _finish(Picture(figure, data), path)
 
 
-def training_curves(log_history: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
-    """Training loss and validation loss against optimizer step, from a Trainer's ``log_history``.
+#: Generation scores the periodic evaluations can log (translation), drawn beside the losses.
+SCORE_NAMES = {"bleu": "BLEU", "chrf": "chrF"}
 
-    Validation points are the periodic evaluations (``eval_loss``) and the run's final evaluation
-    (``validation_loss``), so the curve ends where the run ended.
+
+def _points(log_history: Sequence[Mapping[str, Any]], name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, values) of ``eval_<name>`` (periodic) and ``validation_<name>`` (the run's final evaluation)."""
+    found = {e["step"]: e[key] for e in log_history for key in (f"eval_{name}", f"validation_{name}")
+             if key in e and "step" in e}
+    steps = sorted(found)
+    return np.array(steps), np.array([found[s] for s in steps])
+
+
+def training_curves(log_history: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
+    """Training loss, validation loss and any validation scores (BLEU, chrF) against optimizer step, from a
+    Trainer's ``log_history``.
+
+    Validation points are the periodic evaluations (``eval_*``) and the run's final evaluation
+    (``validation_*``), so the curves end where the run ended.
     """
     train = [(e["step"], e["loss"]) for e in log_history if "loss" in e and "step" in e]
-    evals = {e["step"]: e[key] for e in log_history for key in ("eval_loss", "validation_loss")
-             if key in e and "step" in e}
-    return {"train_step": np.array([s for s, _ in train]), "train_loss": np.array([v for _, v in train]),
-            "eval_step": np.array(sorted(evals)), "eval_loss": np.array([evals[s] for s in sorted(evals)])}
+    curves = {"train_step": np.array([s for s, _ in train]), "train_loss": np.array([v for _, v in train])}
+    curves["eval_step"], curves["eval_loss"] = _points(log_history, "loss")
+    for name in SCORE_NAMES:
+        steps, values = _points(log_history, name)
+        if len(steps):
+            curves[f"{name}_step"], curves[name] = steps, values
+    return curves
 
 
 def plot_training_curves(log_history: Sequence[Mapping[str, Any]], task: str = "",
                          baseline: Mapping[str, Any] | None = None, path: str | Path | None = None) -> Picture:
-    """Loss curves of a training run, with the unigram baseline's level when there is one."""
+    """Loss curves of a training run, with the unigram baseline's level when there is one, and the validation
+    scores (BLEU, chrF) beside them when the run logged any."""
     data = training_curves(log_history)
-    figure = _new_figure(7, 4.2)
-    ax = figure.add_subplot()
+    scores = [name for name in SCORE_NAMES if name in data]
+    figure = _new_figure(11 if scores else 7, 4.2)
+    ax = figure.add_subplot(1, 2 if scores else 1, 1)
     if len(data["train_step"]):
         ax.plot(data["train_step"], data["train_loss"], label="training loss", lw=1.2)
     if len(data["eval_step"]):
@@ -819,6 +837,15 @@ def plot_training_curves(log_history: Sequence[Mapping[str, Any]], task: str = "
     ax.set_title(f"hf_vanilla {task}: loss curves" if task else "loss curves")
     ax.grid(alpha=0.3)
     ax.legend()
+    if scores:
+        right = figure.add_subplot(1, 2, 2)
+        for name in scores:
+            right.plot(data[f"{name}_step"], data[name], "o-", label=f"validation {SCORE_NAMES[name]}", lw=1.5)
+        right.set_xlabel("optimizer step")
+        right.set_ylabel("score (greedy decoding)")
+        right.set_title("validation scores")
+        right.grid(alpha=0.3)
+        right.legend()
     return _finish(Picture(figure, data), path)
 
 

@@ -90,6 +90,9 @@ class TrainOptions:
     batch_size: int | None = field(default=None, metadata=_opt(
         "examples per process per micro-step (unset: 16 for classification, 32 otherwise)"))
     eval_batch_size: int | None = field(default=None, metadata=_opt("evaluation batch (unset: twice --batch-size)"))
+    group_by_length: bool | None = field(default=None, metadata=_opt(
+        "batch examples of similar length together, so less of each batch is padding (unset: on for "
+        "translation, whose sentences vary in length; off otherwise)"))
     gradient_accumulation_steps: int = field(default=1, metadata=_opt("micro-batches per optimizer step"))
     learning_rate: float | None = field(default=None, metadata=_opt(
         "peak learning rate (unset: the task's; translation: the paper's d_model^-0.5 * 4000^-0.5)"))
@@ -118,6 +121,9 @@ class TrainOptions:
     logging_steps: int | None = field(default=None, metadata=_opt(
         "log the training loss every N steps (unset: 100 times per run)"))
     save_total_limit: int | None = field(default=2, metadata=_opt("keep this many newest checkpoints"))
+    average_checkpoints: int = field(default=0, metadata=_opt(
+        "after training, average the weights of the N newest checkpoints (the paper: 5) and keep the average "
+        "only if it scores better on the validation split (needs --save-total-limit >= N)"))
     num_beams: int = field(default=4, metadata=_opt("beam size of translation decoding (the paper's is 4)"))
     max_new_tokens: int = field(default=80, metadata=_opt("tokens generated per sample (clm)"))
     num_samples: int = field(default=3, metadata=_opt("sample outputs kept in metrics.json and the card"))
@@ -147,6 +153,7 @@ class TrainOptions:
         if opts.eval_batch_size is None:
             opts.eval_batch_size = 2 * opts.batch_size
         check_choices(opts)
+        check_averaging(opts)
         return opts
 
 
@@ -163,6 +170,16 @@ def check_choices(opts: TrainOptions) -> None:
         choices, value = _choices(hints[f.name]), getattr(opts, f.name)
         if choices and value is not None and value not in choices:
             raise ValueError(f"{f.name} must be one of {list(choices)}, got {value!r}")
+
+
+def check_averaging(opts: TrainOptions) -> None:
+    """Averaging N checkpoints needs N kept: refuse a plan that would find fewer, before anything trains."""
+    count, kept = opts.average_checkpoints, opts.save_total_limit
+    if count < 0 or count == 1:
+        raise ValueError(f"average_checkpoints must be 0 (off) or at least 2, got {count}")
+    if count and kept is not None and kept < count:
+        raise ValueError(f"average_checkpoints={count} needs save_total_limit >= {count} (got {kept}): the "
+                         "checkpoints to average must be kept. Pass --save-total-limit " + str(count) + ".")
 
 
 def _resume_value(resume: bool | str | None) -> str | None:

@@ -240,7 +240,6 @@ def training_arguments(task: Task, run_dir: Path, opts: TrainOptions, total_step
     from transformers import Seq2SeqTrainingArguments, TrainingArguments
 
     eval_steps = opts.eval_steps or max(1, total_steps // 8)
-    seq2seq = {"predict_with_generate": False} if task.seq2seq else {}
     return (Seq2SeqTrainingArguments if task.seq2seq else TrainingArguments)(
         output_dir=str(run_dir),
         max_steps=total_steps,
@@ -272,9 +271,10 @@ def training_arguments(task: Task, run_dir: Path, opts: TrainOptions, total_step
         report_to=opts.report_to,
         disable_tqdm=opts.disable_tqdm,
         dataloader_num_workers=opts.dataloader_num_workers,
+        train_sampling_strategy="group_by_length" if opts.group_by_length else "random",
         remove_unused_columns=True,  # drops the raw text columns (kept in `data` for BLEU and samples)
         average_tokens_across_devices=True,  # exact loss over devices: divide by the global target count
-        **seq2seq,
+        **task.evaluation_arguments(opts),
     )
 
 
@@ -306,7 +306,7 @@ def make_trainer(task: Task, model, args, tokenizer, data, opts: TrainOptions, c
     from .trainer import trainer_classes
 
     plain, seq2seq = trainer_classes()
-    preprocess, compute_metrics = task.metric_functions()
+    preprocess, compute_metrics = task.metric_functions(tokenizer)
     return (seq2seq if task.seq2seq else plain)(
         model=model, args=args, data_collator=task.collator(tokenizer, model, opts),
         train_dataset=data["train"], eval_dataset=data["validation"], processing_class=tokenizer,
@@ -364,7 +364,10 @@ def finish(task: Task, run_dir: Path, opts: TrainOptions, trainer, raw, data, to
     from .metrics import median
     from .outputs import run_record, timing, write_outputs
 
+    averaging = average_checkpoints(task, run_dir, opts, trainer, data)
     evaluation = task.evaluate(trainer, data, tokenizer, opts)
+    if averaging is not None:
+        evaluation.metrics["checkpoint_averaging"] = averaging
     model = trainer.accelerator.unwrap_model(trainer.model).eval()
     samples = []
     if is_main and opts.num_samples > 0:
@@ -388,6 +391,17 @@ def finish(task: Task, run_dir: Path, opts: TrainOptions, trainer, raw, data, to
                       timings=timings, record=run_record(task, opts, status="completed", **record),
                       log_history=result.log_history)
     return result
+
+
+def average_checkpoints(task: Task, run_dir: Path, opts: TrainOptions, trainer, data) -> dict | None:
+    """``--average-checkpoints N``: the mean of the N newest checkpoints replaces the final weights if it scores
+    better on validation (the report says which was kept), else None when not asked for."""
+    if opts.average_checkpoints < 2:
+        return None
+    from .averaging import average_if_better
+
+    metric, higher_is_better = task.selection_metric
+    return average_if_better(trainer, run_dir, opts.average_checkpoints, data["validation"], metric, higher_is_better)
 
 
 def save_final_model(trainer, run_dir: Path, is_main: bool) -> None:

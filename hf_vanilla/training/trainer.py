@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import os
@@ -76,7 +77,17 @@ def trainer_classes() -> tuple[type, type]:
         """``Trainer`` with atomic, self-contained checkpoints."""
 
     class VanillaSeq2SeqTrainer(AtomicCheckpointMixin, Seq2SeqTrainer):
-        """``Seq2SeqTrainer`` with atomic, self-contained checkpoints."""
+        """``Seq2SeqTrainer`` with atomic, self-contained checkpoints, whose generating evaluations leave the
+        model's generation settings as they were."""
+
+        def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
+            # generate() called from here fills the model's generation_config with every default (max_length=20
+            # beside our max_new_tokens: a warning on each generate() of every later checkpoint): restore it.
+            settings = copy.deepcopy(self.model.generation_config)
+            try:
+                return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys, **gen_kwargs)
+            finally:
+                self.model.generation_config = settings
 
     return VanillaTrainer, VanillaSeq2SeqTrainer
 

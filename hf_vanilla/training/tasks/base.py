@@ -41,6 +41,8 @@ class Task:
     #: (metric key suffix, model-index metric type, display name) reported in the card.
     card_metrics: ClassVar[tuple[tuple[str, str, str], ...]]
     seq2seq: ClassVar[bool] = False  # trained with Seq2SeqTrainer / Seq2SeqTrainingArguments
+    #: The validation metric (``eval_<name>``) that picks between checkpoints, and whether higher is better.
+    selection_metric: ClassVar[tuple[str, bool]] = ("loss", False)
 
     # -- data
     def default_corpus(self, opts: TrainOptions) -> tuple[DatasetDict, dict[str, Any]]:
@@ -89,9 +91,13 @@ class Task:
     def collator(self, tokenizer: PreTrainedTokenizerBase, model: Any, opts: TrainOptions) -> Any:
         raise NotImplementedError
 
-    def metric_functions(self) -> tuple[Any, Any]:
+    def metric_functions(self, tokenizer: PreTrainedTokenizerBase) -> tuple[Any, Any]:
         """``(preprocess_logits_for_metrics, compute_metrics)`` for the Trainer's evaluations."""
         return None, None
+
+    def evaluation_arguments(self, opts: TrainOptions) -> dict[str, Any]:
+        """Extra ``Seq2SeqTrainingArguments`` of the periodic evaluations (generation settings)."""
+        return {}
 
     def evaluate(self, trainer: Trainer, data: DatasetDict, tokenizer: PreTrainedTokenizerBase,
                  opts: TrainOptions) -> Evaluation:

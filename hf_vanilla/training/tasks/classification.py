@@ -98,7 +98,7 @@ class Classification(Task):
 
         return DataCollatorWithPadding(tokenizer)
 
-    def metric_functions(self) -> tuple[Any, Any]:
+    def metric_functions(self, tokenizer: PreTrainedTokenizerBase) -> tuple[Any, Any]:
         from ..metrics import classification_metrics
 
         def predicted_class(logits, labels):

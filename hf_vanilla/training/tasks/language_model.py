@@ -76,7 +76,7 @@ class LanguageModelTask(Task):
     def block_columns(self, blocks: list[list[int]]) -> dict[str, list]:
         return {"input_ids": blocks, "attention_mask": [[1] * len(b) for b in blocks]}
 
-    def metric_functions(self) -> tuple[Any, Any]:
+    def metric_functions(self, tokenizer: PreTrainedTokenizerBase) -> tuple[Any, Any]:
         from ..metrics import lm_metrics, token_stats
 
         shift = self.shift

@@ -3,7 +3,6 @@ sacrebleu's BLEU and chrF against a copy-the-source baseline."""
 
 from __future__ import annotations
 
-import copy
 from typing import TYPE_CHECKING, Any
 
 from .base import Evaluation, Task, evaluate_splits, final_split, limit_samples, need_columns
@@ -22,9 +21,10 @@ class Translation(Task):
     auto_class = "AutoModelForSeq2SeqLM"
     model_class = "VanillaForSeq2SeqLM"
     pipeline_tag = "translation"
-    defaults = dict(tokenizer="bpe", learning_rate=None, batch_size=32, recipe="paper")
+    defaults = dict(tokenizer="bpe", learning_rate=None, batch_size=32, recipe="paper", group_by_length=True)
     card_metrics = (("bleu", "bleu", "BLEU"), ("chrf", "chrf", "chrF"))
     seq2seq = True
+    selection_metric = ("bleu", True)
 
     def default_corpus(self, opts: TrainOptions) -> tuple[DatasetDict, dict[str, Any]]:
         from ...corpora import BIBLE_TEST_BOOKS, BIBLE_VALIDATION_BOOKS, CORPORA, load_bible_pairs
@@ -100,50 +100,41 @@ class Translation(Task):
 
     def evaluate(self, trainer: Trainer, data: DatasetDict, tokenizer: PreTrainedTokenizerBase,
                  opts: TrainOptions) -> Evaluation:
-        import sacrebleu
-
         test_name = final_split(data)
         scores, translations = self.translate(trainer, data[test_name], tokenizer, test_name, opts)
         metrics = {"test_split": test_name, **scores, **evaluate_splits(trainer, data, ("validation",))}
         sources, refs = data[test_name]["source"], data[test_name]["target"]
-        baseline = {"name": "copy the source sentence",
-                    f"{test_name}_bleu": sacrebleu.corpus_bleu(sources, [refs]).score,
-                    f"{test_name}_chrf": sacrebleu.corpus_chrf(sources, [refs]).score}
+        baseline = {"name": "copy the source sentence", **translation_scores(list(sources), list(refs), test_name)}
         return Evaluation(metrics, baseline, translations)
 
     def translate(self, trainer: Trainer, ds: Dataset, tokenizer: PreTrainedTokenizerBase, split: str,
                   opts: TrainOptions) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """BLEU and chrF (sacrebleu) of beam-search translations, and the translations themselves."""
-        import numpy as np
-        import sacrebleu
-
-        # Seq2SeqTrainer's generating prediction step fills the model's generation_config with every default
-        # (max_length=20 beside our max_new_tokens: a warning on each generate() of the saved model): restore it.
-        settings = copy.deepcopy(trainer.model.generation_config)
-        trainer.args.predict_with_generate = True
-        try:
-            out = trainer.predict(ds, metric_key_prefix=split, num_beams=opts.num_beams,
-                                  max_new_tokens=opts.max_target_length)
-        finally:
-            trainer.args.predict_with_generate = False
-            trainer.model.generation_config = settings
+        out = trainer.predict(ds, metric_key_prefix=split, num_beams=opts.num_beams,
+                              max_new_tokens=opts.max_target_length)
         # Distributed prediction pads the last round with repeated examples and, with generation, the
         # gather does not always drop them; the order is preserved, so the first len(ds) rows are ours.
-        preds = np.where(out.predictions == -100, tokenizer.pad_token_id, out.predictions)[: len(ds)]
-        hyps = [h.strip() for h in tokenizer.batch_decode(preds, skip_special_tokens=True)]
+        hyps = decode_predictions(out.predictions[: len(ds)], tokenizer)
         refs = list(ds["target"])
-        bleu, chrf = sacrebleu.BLEU(), sacrebleu.CHRF()
-        scores = {
-            f"{split}_bleu": bleu.corpus_score(hyps, [refs]).score,
-            f"{split}_chrf": chrf.corpus_score(hyps, [refs]).score,
-            f"{split}_bleu_signature": str(bleu.get_signature()),
-            f"{split}_chrf_signature": str(chrf.get_signature()),
-            f"{split}_sentences": len(hyps),
-            f"{split}_loss": out.metrics.get(f"{split}_loss"),
-        }
+        scores = {**translation_scores(hyps, refs, split, signatures=True), f"{split}_sentences": len(hyps),
+                  f"{split}_loss": out.metrics.get(f"{split}_loss")}
         translations = [{"source": s, "reference": r, "translation": h}
                         for s, r, h in zip(ds["source"], refs, hyps, strict=True)]
         return scores, translations
+
+    def metric_functions(self, tokenizer: PreTrainedTokenizerBase) -> tuple[Any, Any]:
+        """BLEU and chrF of the greedy translations the periodic evaluations generate (the learning curves)."""
+
+        def compute_metrics(prediction: Any) -> dict[str, float]:
+            hyps = decode_predictions(prediction.predictions, tokenizer)
+            refs = decode_predictions(prediction.label_ids, tokenizer)
+            return translation_scores(hyps, refs, split=None)
+
+        return None, compute_metrics
+
+    def evaluation_arguments(self, opts: TrainOptions) -> dict[str, Any]:
+        # Greedy, not the final beam search: a curve point costs a few seconds, not minutes.
+        return {"predict_with_generate": True, "generation_num_beams": 1}
 
     def samples(self, model: Any, tokenizer: PreTrainedTokenizerBase, raw: DatasetDict, data: DatasetDict,
                 evaluation: Evaluation, opts: TrainOptions) -> list[dict[str, Any]]:
@@ -159,3 +150,27 @@ class Translation(Task):
     def usage_lines(self) -> list[str]:
         return ['inputs = tokenizer("In the beginning was the Word.", return_tensors="pt")',
                 "print(tokenizer.decode(model.generate(**inputs)[0], skip_special_tokens=True))"]
+
+
+def decode_predictions(ids: Any, tokenizer: PreTrainedTokenizerBase) -> list[str]:
+    """Token ids as the Trainer gathers them (-100 where it padded) -> stripped texts."""
+    import numpy as np
+
+    ids = np.where(np.asarray(ids) == -100, tokenizer.pad_token_id, ids)
+    return [text.strip() for text in tokenizer.batch_decode(ids, skip_special_tokens=True)]
+
+
+def translation_scores(hyps: list[str], refs: list[str], split: str | None,
+                       signatures: bool = False) -> dict[str, Any]:
+    """sacrebleu's corpus BLEU and chrF as ``{split}_bleu`` / ``{split}_chrf`` (bare names for ``split=None``,
+    which the Trainer prefixes itself), with sacrebleu's signatures when asked."""
+    import sacrebleu
+
+    prefix = f"{split}_" if split else ""
+    bleu, chrf = sacrebleu.BLEU(), sacrebleu.CHRF()
+    scores: dict[str, Any] = {f"{prefix}bleu": bleu.corpus_score(hyps, [refs]).score,
+                              f"{prefix}chrf": chrf.corpus_score(hyps, [refs]).score}
+    if signatures:
+        scores.update({f"{prefix}bleu_signature": str(bleu.get_signature()),
+                       f"{prefix}chrf_signature": str(chrf.get_signature())})
+    return scores
