@@ -181,7 +181,8 @@ def _results_table(task: Task, metrics: Mapping[str, Any], baseline: Mapping[str
                 continue
             rows.append((split, display, value, baseline.get(f"{split}_{key}")))
     header = ("split", "metric", "this model", f"baseline: {baseline.get('name', '-')}")
-    return _table(header, rows)
+    notes = task.card_result_notes(metrics)
+    return _table(header, rows) + "".join(f"\n\n{note}" for note in notes)
 
 
 def _data_section(run: Mapping[str, Any]) -> str:

@@ -353,10 +353,12 @@ def plot_attention(
     layer: int | None = None,
     head: int | None = None,
     path: str | Path | None = None,
+    average: bool = False,
 ) -> Picture:
     """Draw ``maps``: one head (layer and head), one layer's heads, one head across layers, or everything.
 
-    ``kind`` defaults to the first stack (the encoder of an encoder-decoder).
+    ``kind`` defaults to the first stack (the encoder of an encoder-decoder). ``average=True`` draws the mean
+    of the selected heads as one map: for cross-attention, the model's soft alignment of target to source.
     """
     kind = kind or maps.kinds[0]
     if kind not in maps.weights:
@@ -379,10 +381,19 @@ def plot_attention(
     layers = [layer] if layer is not None else list(range(num_layers))
     heads = [head] if head is not None else list(range(num_heads))
     selected = weights[layers][:, heads]
+    if average:
+        picture = plot_attention_head(selected.mean(dim=(0, 1)), query_tokens, key_tokens,
+                                      f"{prefix}{what},\nmean of {_span(layers, 'layer')}, {_span(heads, 'head')}")
+        picture.data.update(kind=kind, layers=layers, heads=heads)
+        return _finish(picture, path)
     distances = average_attention_distance(selected) if kind != "cross" else None
     picture = plot_attention_grid(selected, query_tokens, key_tokens, f"{prefix}{what}", layers, heads, distances)
     picture.data["kind"] = kind
     return _finish(picture, path)
+
+
+def _span(items: Sequence[int], name: str) -> str:
+    return f"{name} {items[0]}" if len(items) == 1 else f"{name}s {items[0]}-{items[-1]}"
 
 
 def plot_attention_kinds(maps: AttentionMaps, layer: int = 0, head: int = 0, path: str | Path | None = None) -> Picture:
@@ -896,7 +907,7 @@ def _run_attention(args: argparse.Namespace) -> int:
             raise ValueError(f"--cross needs an encoder-decoder; {args.model_dir} is a {model_family(model)} model.")
         if kind is not None and kind != "cross" and kind not in maps.weights:
             raise ValueError(f"--stack {kind}: this {model_family(model)} model has only {', '.join(maps.kinds)}.")
-        picture = plot_attention(maps, kind, args.layer, args.head, path=args.out)
+        picture = plot_attention(maps, kind, args.layer, args.head, path=args.out, average=args.average)
     except (ValueError, ImportError, OSError) as error:
         print(f"hf-vanilla attention: {error}", file=sys.stderr)
         return 2
@@ -933,6 +944,8 @@ def add_cli(subparsers: Any) -> None:
     attention.add_argument("--layer", type=int, help="only this layer (0-based)")
     attention.add_argument("--head", type=int, help="only this head (0-based)")
     attention.add_argument("--cross", action="store_true", help="cross-attention (encoder-decoder models)")
+    attention.add_argument("--average", action="store_true",
+                           help="one map: the mean of the selected layers and heads (with --cross: the alignment)")
     attention.add_argument("--stack", choices=("encoder", "decoder"),
                            help="which self-attention of an encoder-decoder (default: encoder)")
     attention.add_argument("--target", help="decoder text of an encoder-decoder (default: the model's greedy output)")

@@ -63,7 +63,8 @@ def test_the_recipe_runs_end_to_end_on_a_tiny_budget(tmp_path, capsys):
     assert scored == [2, 4, 6]
     assert (out / "curves.png").stat().st_size > 0
     card = (out / "README.md").read_text()
-    assert "BLEU" in card and "chrF" in card and "copy" in card
+    assert "BLEU" in card and "chrF" in card and "copy the source" in card
+    assert metrics["test_bleu_signature"] in card and "Checkpoint averaging of checkpoint-2" in card
 
     options = json.loads((out / "run.json").read_text())["options"]
     assert options["bf16"] is True and options["attn_implementation"] == "sdpa" and options["group_by_length"]

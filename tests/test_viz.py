@@ -277,6 +277,14 @@ def test_cli_draws_a_saved_models_attention(tmp_path, capsys):
     assert maps.tokens["decoder"] == ["<s>", "el", "gato", "se", "sentó", "</s>"]
     assert maps.weights["cross"].shape == (2, 4, 6, 7)
     generated = viz.attention_maps(model, tokenizer, "the cat", max_new_tokens=3)  # greedy decoder input
+    # --average: one map, the mean over every layer and head (the soft alignment), each row still a distribution.
+    assert cli.main(["attention", str(seq2seq), "the cat sat on the mat", "--out", str(tmp_path / "mean.png"),
+                     "--cross", "--average", "--target", "el gato se sentó"]) == 0
+    assert_png(tmp_path / "mean.png")
+    mean = viz.plot_attention(maps, "cross", average=True)
+    torch.testing.assert_close(torch.from_numpy(mean.data["weights"]), maps.weights["cross"].mean(dim=(0, 1)))
+    torch.testing.assert_close(torch.from_numpy(mean.data["weights"]).sum(-1), torch.ones(6))
+    assert mean.data["layers"] == [0, 1] and mean.data["heads"] == [0, 1, 2, 3]
     assert generated.tokens["decoder"][0] == "<s>" and len(generated.tokens["decoder"]) <= 4
 
     decoder = save_tiny(tmp_path, "decoder")

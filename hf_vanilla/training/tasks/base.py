@@ -117,6 +117,10 @@ class Task:
         """Task-specific rows of the card's training-procedure table."""
         return []
 
+    def card_result_notes(self, metrics: dict[str, Any]) -> list[str]:
+        """Paragraphs under the card's results table (how the figures were obtained)."""
+        return []
+
     def usage_lines(self) -> list[str]:
         """Lines of the card's loading snippet after ``model`` and ``tokenizer`` are loaded."""
         raise NotImplementedError

@@ -147,6 +147,18 @@ class Translation(Task):
     def card_procedure_rows(self, options: dict[str, Any]) -> list[tuple[str, str]]:
         return [("decoding", f"beam {options.get('num_beams')}, length penalty 0.6")]
 
+    def card_result_notes(self, metrics: dict[str, Any]) -> list[str]:
+        split = metrics.get("test_split", "test")
+        notes = [f"{split.capitalize()}: beam search ({metrics.get(f'{split}_sentences')} sentences); validation: "
+                 "greedy decoding, as in the learning curves. sacrebleu signatures: BLEU "
+                 f"`{metrics.get(f'{split}_bleu_signature')}`, chrF `{metrics.get(f'{split}_chrf_signature')}`."]
+        averaging = metrics.get("checkpoint_averaging")
+        if averaging and "averaged" in averaging:
+            verdict = "kept (it scored higher)" if averaging["kept"] else "not kept (the final weights scored higher)"
+            notes.append(f"Checkpoint averaging of {', '.join(averaging['checkpoints'])}: {averaging['metric']} "
+                         f"{averaging['averaged']:.2f} averaged vs {averaging['final']:.2f} final; {verdict}.")
+        return notes
+
     def usage_lines(self) -> list[str]:
         return ['inputs = tokenizer("In the beginning was the Word.", return_tensors="pt")',
                 "print(tokenizer.decode(model.generate(**inputs)[0], skip_special_tokens=True))"]
