@@ -28,22 +28,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 #: The recipe: every key is a TrainOptions field (``hf-vanilla train --help``).
 RECIPE: dict[str, Any] = dict(
-    preset="small",
+    preset="small",  # d_model 256, d_ff 1024, 4 heads
     config={"norm_position": "pre", "num_hidden_layers": 3, "num_decoder_layers": 3},
     recipe="paper",
     learning_rate=1e-3,
     warmup_steps=300,
     batch_size=32,
-    vocab_size=8000,
+    vocab_size=4000,  # measured: 20% faster steps than 8000, and higher validation BLEU at equal time
     max_source_length=128,
     max_target_length=128,
     group_by_length=True,
-    eval_steps=250,
+    eval_steps=400,
+    save_steps=200,
     max_eval_samples=300,
     save_total_limit=5,
     average_checkpoints=5,
     num_beams=4,
-    max_steps=100_000,  # the time limit ends training; the inverse-sqrt schedule needs no planned end
+    max_steps=6000,  # a quiet 2-core CPU reaches ~5,000 in the hour; the limit ends training where it is
     time_limit_minutes=60.0,
 )
 
@@ -53,7 +54,7 @@ GPU = dict(bf16=True, attn_implementation="sdpa")
 #: A budget that checks the pipeline (train, periodic greedy BLEU, averaging, beam search, score, card) in
 #: about a minute; the quality figures come from the full run.
 DRY_RUN = dict(preset="tiny", config={"norm_position": "pre", "num_hidden_layers": 1, "num_decoder_layers": 1},
-               max_steps=6, eval_steps=2, warmup_steps=2, save_total_limit=3, average_checkpoints=3,
+               max_steps=6, eval_steps=2, save_steps=2, warmup_steps=2, save_total_limit=3, average_checkpoints=3,
                max_train_samples=256, max_eval_samples=16, max_test_samples=16, vocab_size=1000, batch_size=16,
                max_source_length=32, max_target_length=32, time_limit_minutes=None)
 
