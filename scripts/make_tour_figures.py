@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     written.append(viz.plot_attention_kinds(maps, layer, args.head, path=out / "attention-kinds.png").path)
     if "cross" in maps.weights:
         written.append(viz.plot_attention(maps, "cross", path=out / "attention-cross.png").path)
+        written.append(viz.plot_attention(maps, "cross", average=True, path=out / "attention-alignment.png").path)
     distances = {k: viz.average_attention_distance(maps.weights[k]) for k in maps.kinds if k != "cross"}
     title = f"{label}\naverage attention distance per head (dots: heads, line: layer mean)"
     written.append(viz.plot_attention_distance(distances, title, path=out / "attention-distance.png").path)

@@ -3,7 +3,8 @@ resume after SIGKILL) and the NaN guard.
 
 Everything here is tiny and offline: the corpora are small files written by the tests (CI has no
 network and no cached real corpora), the models have a few thousand parameters, runs take seconds.
-The real-data runs live in ``scripts/main_job.py`` and ``scripts/train_all_tasks.py``.
+The real-data runs live in ``scripts/main_job.py``, ``scripts/train_translation.py`` and
+``scripts/train_all_tasks.py``.
 """
 
 from __future__ import annotations
