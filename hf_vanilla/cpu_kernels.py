@@ -18,8 +18,11 @@ Two kernels, each with a plain twin it must beat:
 Like ``torch.backends.cudnn.benchmark``, the first call with a new key (the shape, bucketed to a power of
 two in the token axis, the dtype, whether a backward follows, and torch's thread count) times both
 kernels on the actual inputs -- a few alternating repetitions, medians -- and keeps the tuned one only if
-it wins by :data:`MARGIN`, so noise never flips a choice towards the slower kernel. :data:`TUNER` keeps the
-choices for the process; the report :func:`enable_cpu_kernels` returns shows them.
+it wins by :data:`MARGIN`, so noise never flips a choice towards the slower kernel. Where a backward
+follows (a training step), each repetition is what the step pays for the layer: the forward and the
+backward through autograd, of either path. The single-token attention has no such measurement and steps
+aside whenever autograd records. :data:`TUNER` keeps the choices for the process; the report
+:func:`enable_cpu_kernels` returns shows them.
 
 Anything the measurement does not cover takes the plain path unchanged: other dtypes and devices,
 autocast, tensor subclasses, ``torch.compile`` (inductor picks its own kernels), ``torch.jit.trace`` and
@@ -85,13 +88,17 @@ class Autotuner:
     choices: dict[Hashable, Choice] = field(default_factory=dict)
 
     def prefers_tuned(
-        self, key: Hashable, kernel: str, plain: Callable[[], object], tuned: Callable[[], object]
+        self, key: Hashable, kernel: str, candidates: Callable[[], tuple[Callable[[], object], Callable[[], object]]]
     ) -> bool:
-        """Whether the tuned kernel runs for ``key``; measured (without autograd) the first time the key is seen."""
+        """Whether the tuned kernel runs for ``key``; measured the first time the key is seen.
+
+        ``candidates()`` builds the two timed calls (plain, tuned), only when a measurement is due: setting them
+        up may cost work a step that was already measured must not pay. Each is the whole work its path costs
+        (a forward, or a forward and its backward), so they set their own autograd mode.
+        """
         choice = self.choices.get(key)
         if choice is None:
-            with torch.no_grad():
-                plain_s, tuned_s = median_times(plain, tuned, self.repeats)
+            plain_s, tuned_s = median_times(*candidates(), self.repeats)
             choice = Choice(kernel, 1e3 * plain_s, 1e3 * tuned_s, tuned_s < plain_s * (1 - self.margin))
             self.choices[key] = choice
         return choice.tuned
@@ -193,36 +200,54 @@ def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return _onednn_product(x, weight, bias)
 
 
+Linear = Callable[..., torch.Tensor]  # (x, weight, bias) -> x @ weight.T + bias, as F.linear
+
+
+def _training_step(
+    linear: Linear, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, grad: torch.Tensor
+) -> Callable[[], None]:
+    """What a training step pays for one layer: ``linear``'s forward and its backward through autograd.
+
+    The gradients go to the inputs that need them in the real step, and are dropped: the layer's ``.grad``
+    fields are never touched.
+    """
+    leaves = [None if t is None else t.detach().requires_grad_(t.requires_grad) for t in (x, weight, bias)]
+    wanted = [leaf for leaf in leaves if leaf is not None and leaf.requires_grad]
+
+    def step() -> None:
+        with torch.enable_grad():
+            torch.autograd.grad(linear(*leaves), wanted, grad)
+
+    return step
+
+
 def _linear_candidates(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, backward: bool
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    backward: bool,
+    plain: Linear = F.linear,
+    tuned: Linear = onednn_linear,
 ) -> tuple[Callable[[], object], Callable[[], object]]:
-    """The work that differs between the paths: the forward product, and the input gradient when one follows."""
-    x, weight = x.detach(), weight.detach()
-    bias = bias.detach() if bias is not None else None
+    """Both paths on the real shape: the forward product, or with ``backward`` the forward and backward."""
     if not backward:
-        return (lambda: F.linear(x, weight, bias)), (lambda: _onednn_product(x, weight, bias))
-    grad = F.linear(x, weight, bias)  # an output-shaped stand-in for the incoming gradient
-
-    def plain() -> None:
-        F.linear(x, weight, bias)
-        torch.matmul(grad, weight)
-
-    def tuned() -> None:
-        _onednn_product(x, weight, bias)
-        _onednn_product(grad, weight.t(), None)
-
-    return plain, tuned
+        x, weight = x.detach(), weight.detach()
+        bias = bias.detach() if bias is not None else None
+        return (lambda: plain(x, weight, bias)), (lambda: tuned(x, weight, bias))
+    with torch.no_grad():
+        grad = F.linear(x, weight, bias)  # an output-shaped stand-in for the incoming gradient
+    return _training_step(plain, x, weight, bias, grad), _training_step(tuned, x, weight, bias, grad)
 
 
 def tuned_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear``, or the oneDNN product where :data:`TUNER` measured it faster for this shape on this host."""
     if not onednn_applies(x, weight, bias):
         return F.linear(x, weight, bias)
-    backward = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+    backward = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
     rows = x.numel() // x.shape[-1]
     key = ("linear", rows_bucket(rows), weight.shape[1], weight.shape[0], bias is not None, backward, x.dtype,
            torch.get_num_threads())
-    if TUNER.prefers_tuned(key, "oneDNN", *_linear_candidates(x, weight, bias, backward)):
+    if TUNER.prefers_tuned(key, "oneDNN", lambda: _linear_candidates(x, weight, bias, backward)):
         return onednn_linear(x, weight, bias)
     return F.linear(x, weight, bias)
 
@@ -277,11 +302,13 @@ def single_token_attention(
     return output.reshape(batch, 1, heads, dim), weights
 
 
-def single_token_applies(query: torch.Tensor, key: torch.Tensor, **kwargs) -> bool:
-    """One query token on CPU, the whole product small enough to run inline, and no attention weights asked for."""
+def single_token_applies(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **kwargs) -> bool:
+    """One query token on CPU, the whole product small enough to run inline, no attention weights asked for, and
+    no backward to follow (the measurement times forwards only)."""
     batch, heads, query_length, dim = query.shape
     return (
         not runs_plain_only()
+        and not (torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)))
         and query_length == 1
         and query.device.type == "cpu"
         and batch * heads * key.shape[2] * dim <= INLINE_ELEMENTS
@@ -303,7 +330,7 @@ def cpu_sdpa_attention(
     def plain():
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
-    if not single_token_applies(query, key, **kwargs):
+    if not single_token_applies(query, key, value, **kwargs):
         return plain()
 
     def tuned():
@@ -313,7 +340,7 @@ def cpu_sdpa_attention(
     mask = None if attention_mask is None else attention_mask.dtype
     key_ = ("attention", batch, heads, key.shape[1], rows_bucket(key.shape[2]), dim, mask,
             kwargs.get("position_bias") is not None, query.dtype, torch.get_num_threads())
-    return tuned() if TUNER.prefers_tuned(key_, "single-token", plain, tuned) else plain()
+    return tuned() if TUNER.prefers_tuned(key_, "single-token", lambda: (plain, tuned)) else plain()
 
 
 def register_attention() -> None:

@@ -132,3 +132,24 @@ def test_gpu_bench_dry_run_on_cpu(tmp_path, monkeypatch):
     assert {"train/sdpa", "mfu-train/sdpa", "generate-b1/sdpa", "numerics/sdpa-vs-eager"} <= names
     numerics = next(row for row in rows if row["name"] == "numerics/sdpa-vs-eager")
     assert numerics["ours"] < numerics["reference"]  # sdpa and eager agree within the tolerance
+
+
+def test_profile_groups_ops_and_leaves_the_rest_to_other():
+    profile = runpy.run_path(str(ROOT / "scripts" / "profile_pair.py"))
+    events = [("aten::mm", 3000.0), ("aten::addmm", 1000.0), ("aten::_scaled_dot_product_flash_attention_for_cpu",
+              500.0), ("aten::mul", 200.0), ("aten::copy_", 100.0), ("aten::view", 5.0), ("aten::transpose", 5.0),
+              ("autograd::engine::evaluate_function: MmBackward0", 50.0)]  # engine bookkeeping: not an op
+    table = profile["split"](events, wall_s=0.010)
+    assert table == {"matmul": (4.0, 2), "attention": (0.5, 1), "element-wise": (pytest.approx(0.3), 2),
+                     "views": (0.01, 2), "other": (pytest.approx(10.0 - 4.81), 0)}
+
+
+def test_profile_script_runs_on_tiny_models(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["profile_pair.py", "--tiny", "--repeats", "1", "--profiled", "1", "--top", "2"])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(ROOT / "scripts" / "profile_pair.py"), run_name="__main__")
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    for measure in ("train", "generate-b1"):
+        assert f"\n{measure}: wall ours" in out
+    assert out.count("| matmul |") == 2 and out.count("| other |") == 2

@@ -121,19 +121,105 @@ def test_tuner_keeps_the_faster_kernel_and_measures_once(monkeypatch, plain_s, t
     clock, calls = FakeClock(), []
     monkeypatch.setattr(kernels.time, "perf_counter", clock)
     tuner = Autotuner(margin=0.05, repeats=3)
-    plain, tuned = clock.kernel(plain_s, calls, "plain"), clock.kernel(tuned_s, calls, "tuned")
-    assert tuner.prefers_tuned("k", "test", plain, tuned) is chosen
+    built = []
+
+    def candidates():
+        built.append(1)
+        return clock.kernel(plain_s, calls, "plain"), clock.kernel(tuned_s, calls, "tuned")
+
+    assert tuner.prefers_tuned("k", "test", candidates) is chosen
     # one warm-up each, then alternating rounds whose order flips
     assert calls == ["plain", "tuned", "plain", "tuned", "tuned", "plain", "plain", "tuned"]
-    assert tuner.prefers_tuned("k", "test", plain, tuned) is chosen and len(calls) == 8  # remembered
+    assert tuner.prefers_tuned("k", "test", candidates) is chosen and len(calls) == 8  # remembered
+    assert len(built) == 1  # a measured key costs nothing to set up again
     choice = tuner.choices["k"]
     assert choice.tuned is chosen and (choice.plain_ms, choice.tuned_ms) == pytest.approx((1e3 * plain_s, 1e3 * tuned_s))
 
 
-def test_tuner_measures_without_autograd():
-    seen = []
-    Autotuner(repeats=1).prefers_tuned("k", "test", lambda: seen.append(torch.is_grad_enabled()), lambda: None)
-    assert seen == [False, False]
+def clocked_linear(clock: FakeClock, forward_s: float, backward_s: float, calls: list[str], name: str):
+    """F.linear whose forward and backward advance the fake clock by the given costs."""
+
+    class Timed(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, weight, bias):
+            calls.append(f"{name} forward")
+            clock.now += forward_s
+            ctx.save_for_backward(x, weight)
+            return F.linear(x, weight, bias)
+
+        @staticmethod
+        def backward(ctx, grad):
+            calls.append(f"{name} backward")
+            clock.now += backward_s
+            x, weight = ctx.saved_tensors
+            return grad @ weight, grad.t() @ x, grad.sum(0)
+
+    return lambda x, weight, bias: Timed.apply(x, weight, bias)
+
+
+@pytest.mark.parametrize(
+    "backward, tuned_backward_s, chosen",
+    [(True, 3.0, False), (True, 1.0, True), (False, 3.0, True)],
+    ids=["slow-backward", "fast-backward", "inference"],
+)
+def test_training_shapes_are_timed_forward_and_backward(monkeypatch, backward, tuned_backward_s, chosen):
+    """The tuned forward is twice as fast; in a training step its backward decides (plain: 1 s + 2 s)."""
+    clock, calls = FakeClock(), []
+    monkeypatch.setattr(kernels.time, "perf_counter", clock)
+    layer = nn.Linear(16, 8)
+    x = torch.randn(3, 16, requires_grad=backward)
+    with torch.set_grad_enabled(backward):
+        plain, tuned = kernels._linear_candidates(
+            x, layer.weight, layer.bias, backward,
+            plain=clocked_linear(clock, 1.0, 2.0, calls, "plain"),
+            tuned=clocked_linear(clock, 0.5, tuned_backward_s, calls, "tuned"),
+        )
+        assert Autotuner(repeats=3).prefers_tuned("k", "test", lambda: (plain, tuned)) is chosen
+    passes = ["forward", "backward"] if backward else ["forward"]
+    assert sorted(calls) == sorted(f"{side} {p}" for side in ("plain", "tuned") for p in passes for _ in range(4))
+    assert layer.weight.grad is None and x.grad is None  # measuring leaves the model's gradients alone
+
+
+@needs_onednn
+def test_measuring_a_training_shape_runs_the_tuned_backward(monkeypatch, always_tuned):
+    """The step's real cost includes the custom autograd Function's backward: the measurement must run it."""
+    backwards = []
+    original = kernels._OneDNNLinearFunction.backward
+
+    def counted(ctx, grad):
+        backwards.append(grad.shape)
+        return original(ctx, grad)
+
+    monkeypatch.setattr(kernels._OneDNNLinearFunction, "backward", staticmethod(counted))
+    layer = nn.Linear(16, 8)
+    tuned_linear(torch.randn(5, 16, requires_grad=True), layer.weight, layer.bias)
+    assert len(backwards) == 1 + always_tuned.repeats  # the warm-up and every timed repetition
+    assert layer.weight.grad is None
+
+
+@needs_onednn
+@pytest.mark.parametrize("tuner", ["always_tuned", "never_tuned"])
+def test_a_measured_training_layer_costs_one_product(tuner, request):
+    """Once a key is measured, a step runs the chosen product and nothing else (no stand-in for the timing)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    request.getfixturevalue(tuner)
+
+    class Products(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    layer, x = nn.Linear(16, 8), torch.randn(5, 16, requires_grad=True)
+    tuned_linear(x, layer.weight, layer.bias)  # measures
+    with Products() as products:
+        tuned_linear(x, layer.weight, layer.bias)
+    products_run = [op for op in products.ops if op in {"aten.addmm", "aten.mm", "mkldnn._linear_pointwise"}]
+    assert len(products_run) == 1, products.ops
 
 
 @needs_onednn
@@ -290,7 +376,7 @@ def test_single_token_attention_matches_sdpa(groups, mask_kind):
         bias = torch.randn(batch, heads, 1, length)
     module = nn.Module()
     module.num_key_value_groups, module.training = groups, False
-    assert single_token_applies(query, key)
+    assert single_token_applies(query, key, value)
     output, _ = single_token_attention(module, query, key, value, mask, scaling=0.3, position_bias=bias)
     sdpa_mask = mask if bias is None else bias
     expected = torch.nn.functional.scaled_dot_product_attention(
@@ -300,11 +386,17 @@ def test_single_token_attention_matches_sdpa(groups, mask_kind):
 
 
 def test_single_token_path_only_for_one_small_cpu_query():
-    query, key = torch.randn(1, 4, 1, 8), torch.randn(1, 4, 9, 8)
-    assert single_token_applies(query, key)
-    assert not single_token_applies(torch.randn(1, 4, 2, 8), key)  # a prompt: SDPA
-    assert not single_token_applies(query, torch.randn(1, 4, 2048, 8))  # past ATen's grain: the pool has work
-    assert not single_token_applies(query, key, output_attentions=True)  # SDPA's answer to that request
+    query, key, value = torch.randn(1, 4, 1, 8), torch.randn(1, 4, 9, 8), torch.randn(1, 4, 9, 8)
+    assert single_token_applies(query, key, value)
+    assert not single_token_applies(torch.randn(1, 4, 2, 8), key, value)  # a prompt: SDPA
+    long = torch.randn(1, 4, 2048, 8)
+    assert not single_token_applies(query, long, long)  # past ATen's grain: the pool has work
+    assert not single_token_applies(query, key, value, output_attentions=True)  # SDPA's answer to that request
+    for needs_grad in range(3):  # a backward follows: its cost was never measured, so SDPA
+        tensors = [t.clone().requires_grad_(i == needs_grad) for i, t in enumerate((query, key, value))]
+        assert not single_token_applies(*tensors)
+        with torch.no_grad():
+            assert single_token_applies(*tensors)
 
 
 # ----------------------------------------------------------------------------------------------
