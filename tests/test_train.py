@@ -555,6 +555,159 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_130(corpus, tmp_path):
     assert checkpoint_problem(saved) is None and checkpoint_step(saved) == run["interrupted_at_step"]
 
 
+# Ctrl-C outside the training loop: before anything is trained, and after training while the run is finished.
+
+
+def _press_ctrl_c(*args, **kwargs):
+    """Stands in for a step of the run: Ctrl-C arrives while it works."""
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(30)  # the default SIGINT handler raises KeyboardInterrupt at once
+    raise AssertionError("SIGINT did not interrupt the run")
+
+
+def _until_ctrl_c(call, *args, **kwargs):
+    """``call``'s TrainingInterruptedError (or, from the CLI, its exit status); a bare KeyboardInterrupt escaping
+    fails the test instead of ending the pytest session."""
+    try:
+        outcome = call(*args, **kwargs)
+    except T.TrainingInterruptedError as stop:
+        return stop
+    except KeyboardInterrupt as bare:
+        pytest.fail(f"a bare KeyboardInterrupt escaped: {bare!r}")
+    if isinstance(outcome, int):
+        return outcome
+    pytest.fail("the run ended normally although Ctrl-C was pressed")
+
+
+#: Where Ctrl-C lands before training: reading the corpus, training the tokenizer (not yet saved), tokenising the
+#: data (the tokenizer is saved), building the Trainer.
+BEFORE_TRAINING = {"corpus": (sources, "load_task_data"), "tokenizer": (type(T.get_task("clm")), "build_tokenizer"),
+                   "tokenising": (type(T.get_task("clm")), "tokenize")}
+
+
+@pytest.mark.parametrize("where", [*BEFORE_TRAINING, "trainer"])
+def test_ctrl_c_before_training_leaves_no_run_behind(corpus, tmp_path, monkeypatch, where):
+    from hf_vanilla.training import run as run_module
+
+    owner, name = BEFORE_TRAINING.get(where, (run_module, "make_trainer"))
+    monkeypatch.setattr(owner, name, _press_ctrl_c)
+    run_dir = tmp_path / "run"
+    stop = _until_ctrl_c(T.train, "clm", run_dir, **dict(TINY, data_files=text_files(corpus)))
+    assert stop.checkpoint is None
+    assert "nothing was trained" in str(stop) and "run the same command" in str(stop)
+    assert not run_dir.exists() and sorted(p.name for p in tmp_path.iterdir()) == [".run.lock"]
+
+
+def test_ctrl_c_before_training_keeps_an_empty_output_dir_empty(corpus, tmp_path, monkeypatch):
+    monkeypatch.setattr(type(T.get_task("clm")), "tokenize", _press_ctrl_c)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    _until_ctrl_c(T.train, "clm", run_dir, **dict(TINY, data_files=text_files(corpus)))
+    assert run_dir.is_dir() and not any(run_dir.iterdir())
+
+
+def test_ctrl_c_before_training_puts_the_overwritten_run_back(reference_run, tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference_run[0], run_dir)
+    before = _snapshot(run_dir)
+    monkeypatch.setattr(type(T.get_task("clm")), "tokenize", _press_ctrl_c)
+    stop = _until_ctrl_c(T.train, "clm", run_dir, **dict(reference_run[1], overwrite=True, seed=11))
+    assert "nothing was trained" in str(stop)
+    assert _snapshot(run_dir) == before and not list(tmp_path.glob(".run.replaced-*"))
+
+
+def test_ctrl_c_before_a_resumed_run_trains_keeps_its_checkpoints(reference_run, tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference_run[0], run_dir)
+    shutil.rmtree(run_dir / "checkpoint-9")
+    monkeypatch.setattr(type(T.get_task("clm")), "tokenize", _press_ctrl_c)
+    stop = _until_ctrl_c(T.train, "clm", run_dir, **dict(reference_run[1], resume=True))
+    assert stop.checkpoint is not None and Path(stop.checkpoint).name == "checkpoint-6"
+    assert "--resume" in str(stop)
+    assert sorted(p.name for p in run_dir.glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-6"]
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["status"] == "interrupted" and run["last_checkpoint"] == stop.checkpoint
+
+
+class _BareCtrlCAt(TrainerCallback):
+    """A Ctrl-C that reaches the loop bare (a second one, while StopOnInterrupt saves): KeyboardInterrupt itself."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("step", [2, 4])
+def test_bare_ctrl_c_during_training_keeps_the_newest_checkpoint(corpus, tmp_path, step):
+    run_dir = tmp_path / "run"
+    options = dict(TINY, data_files=text_files(corpus), eval_steps=3, save_steps=3)
+    stop = _until_ctrl_c(T.train, "clm", run_dir, callbacks=[_BareCtrlCAt(step)], **options)
+    if step == 2:  # before the first checkpoint: as if never started
+        assert stop.checkpoint is None and "nothing was trained" in str(stop) and not run_dir.exists()
+        return
+    assert Path(stop.checkpoint).name == "checkpoint-3" and "--resume" in str(stop)
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["status"] == "interrupted" and run["interrupted_at_step"] == 3
+
+
+def test_a_new_run_that_fails_before_its_first_checkpoint_leaves_no_directory_and_gives_ctrl_c_back(corpus, tmp_path):
+    ctrl_c = signal.getsignal(signal.SIGINT)
+    run_dir = tmp_path / "run"
+    options = dict(TINY, data_files=text_files(corpus), eval_steps=3, save_steps=3)
+    with pytest.raises(RuntimeError, match="failure at step 2"):
+        T.train("clm", run_dir, callbacks=[_FailAt(2)], **options)
+    assert not run_dir.exists()  # so the same command, run again, is not refused as "exists and is not empty"
+    assert signal.getsignal(signal.SIGINT) == ctrl_c  # the run's own handler would swallow the next Ctrl-C
+
+
+#: Where Ctrl-C lands after training: the final evaluation (validation and test), the samples, the card.
+AFTER_TRAINING = {"evaluation": (type(T.get_task("clm")), "evaluate"),
+                  "samples": (type(T.get_task("clm")), "samples")}
+
+
+@pytest.mark.parametrize("where", [*AFTER_TRAINING, "card"])
+def test_ctrl_c_after_training_keeps_the_model_and_resume_finishes(corpus, tmp_path, monkeypatch, where):
+    import hf_vanilla.card
+    from hf_vanilla.training.trainer import checkpoint_problem, checkpoint_step
+
+    owner, name = AFTER_TRAINING.get(where, (hf_vanilla.card, "build_model_card"))
+    options = dict(TINY, data_files=text_files(corpus), eval_steps=3, save_steps=3, logging_steps=1)
+    run_dir = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        patch.setattr(owner, name, _press_ctrl_c)
+        stop = _until_ctrl_c(T.train, "clm", run_dir, **options)
+    assert "after training finished" in str(stop) and "--resume" in str(stop) and "without training" in str(stop)
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["status"] == "interrupted" and run["last_checkpoint"] == stop.checkpoint
+    assert checkpoint_problem(Path(stop.checkpoint)) is None and checkpoint_step(Path(stop.checkpoint)) == 6
+    trained = losses(run_dir / Path(stop.checkpoint).name)
+
+    result = T.train("clm", run_dir, **dict(options, resume=True))
+    assert result.global_step == 6 and json.loads((run_dir / "run.json").read_text())["status"] == "completed"
+    assert losses(run_dir) == trained and (run_dir / "README.md").is_file() and (run_dir / "curves.png").is_file()
+    assert json.loads((run_dir / "metrics.json").read_text())["metrics"]["test_perplexity"] > 1
+    final, last = weights(run_dir), weights(Path(stop.checkpoint))
+    assert all(torch.equal(final[k], last[k]) for k in last)
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_cli_ctrl_c_outside_training_exits_130_with_one_line(corpus, tmp_path, monkeypatch, capsys, when):
+    from hf_vanilla.training.cli import run_command
+
+    owner, name = BEFORE_TRAINING["tokenising"] if when == "before" else AFTER_TRAINING["evaluation"]
+    monkeypatch.setattr(owner, name, _press_ctrl_c)
+    argv = ["--task", "clm", "--output-dir", str(tmp_path / "run"), "--preset", "tiny", "--config", "hidden_size=32",
+            "--config", "intermediate_size=64", "--vocab-size", "300", "--block-size", "16", "--batch-size", "4",
+            "--max-steps", "2", "--disable-tqdm", "--use-cpu", "--data-files", *text_files(corpus)]
+    assert _until_ctrl_c(run_command, argv) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("hf-vanilla train: interrupted") and "Traceback" not in "\n".join(err)
+    assert ("nothing was trained" if when == "before" else "--resume") in err[-1]
+
+
 def test_full_disk_says_no_space_left_and_publishes_no_checkpoint(corpus, tmp_path, monkeypatch):
     import transformers.trainer
 

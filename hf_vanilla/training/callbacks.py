@@ -136,6 +136,10 @@ class StopOnInterrupt(TrainerCallback):
         return control
 
     def on_train_end(self, args, state, control, **kwargs):
+        self.release()
+
+    def release(self) -> None:
+        """Give Ctrl-C back to the handler it had before training (also when training raised)."""
         if self._previous is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, self._previous)
             self._previous = None

@@ -13,7 +13,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,7 +34,8 @@ class TrainingDivergedError(RuntimeError):
 
 
 class TrainingInterruptedError(KeyboardInterrupt):
-    """Ctrl-C stopped the run after saving a resumable checkpoint (``checkpoint``)."""
+    """Ctrl-C stopped the run; its message says how to go on. ``checkpoint`` is the one to resume from, or None
+    when nothing was trained yet (the output directory is then as the run found it)."""
 
     def __init__(self, message: str, checkpoint: str | None) -> None:
         super().__init__(message)
@@ -66,7 +67,11 @@ def train(task: str, output_dir: str | os.PathLike[str], *, callbacks: Sequence[
 
     Raises:
         TrainingDivergedError: the loss became NaN/inf (the last good checkpoint is kept).
-        TrainingInterruptedError: Ctrl-C; a resumable checkpoint was saved first.
+        TrainingInterruptedError: Ctrl-C, anywhere in the run. Before training: nothing is left half-written
+            (a run --overwrite replaced is put back) and the same call starts again. During training: a
+            resumable checkpoint is saved first. After training (final evaluation, samples, saving, card): the
+            final checkpoint is kept. run.json then says ``interrupted`` and ``resume=True`` goes on (after
+            training it evaluates and writes the outputs without training further).
         RunDirectoryBusyError: another process is writing ``output_dir``.
         hf_vanilla.corpora.CorpusUnavailableError: the default corpus is neither cached nor fetchable.
     """
@@ -89,38 +94,41 @@ def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list) ->
         rundir.check_output_dir(run_dir, opts.resume, opts.overwrite)
     with rundir.locked(run_dir, enabled=is_main), contextlib.ExitStack() as undo:
         resume_from = resume_checkpoint(run_dir, opts, is_main)
-        aside = None
-        with state.main_process_first():  # the main process trains the tokenizer and fills the caches
-            from .sources import load_task_data
+        with ctrl_c_ends_the_run(run_dir, is_main, BEFORE_TRAINING, resumed_from=resume_from):
+            with state.main_process_first():  # the main process trains the tokenizer and fills the caches
+                from .sources import load_task_data
 
-            raw, description = load_task_data(task, opts)
-            tokenizer = obtain_tokenizer(task, raw, run_dir, opts, resume_from, is_main)
-            set_seed(opts.seed)  # the same seed gives the same initial weights
-            model = build_model(task, tokenizer, raw, opts)
-            if is_main:  # everything is checked: only now the output directory is touched
-                aside = prepare_output_dir(run_dir, opts, undo)
-                with clear_disk_errors(run_dir):
-                    save_pretrained_atomic(tokenizer, run_dir)
-            data = task.tokenize(raw, tokenizer, opts)
-        description.update(examples={split: len(ds) for split, ds in data.items()},
-                           example_unit=task.example_unit(opts))
-        total_steps = plan_steps(len(data["train"]), opts, state.num_processes)
-        args = training_arguments(task, run_dir, opts, total_steps, model.config.hidden_size, use_cpu)
-        callbacks = RunCallbacks.make(opts, aside, extra_callbacks)
-        trainer = make_trainer(task, model, args, tokenizer, data, opts, callbacks.all())
-        distributed_type = str(trainer.accelerator.distributed_type.value)
-        record = dict(description=description, tokenizer=tokenizer, model=model, args=args, world=state.num_processes,
-                      distributed_type=distributed_type, resumed_from=resume_from)
-        if is_main:
-            warn_if_fsdp_dropped(distributed_type)
-            from .outputs import run_record, write_run_record
+                raw, description = load_task_data(task, opts)
+                tokenizer = obtain_tokenizer(task, raw, run_dir, opts, resume_from, is_main)
+                set_seed(opts.seed)  # the same seed gives the same initial weights
+                model = build_model(task, tokenizer, raw, opts)
+                aside = None
+                if is_main:  # everything is checked: only now the output directory is touched
+                    aside = prepare_output_dir(run_dir, opts, undo)
+                    with clear_disk_errors(run_dir):
+                        save_pretrained_atomic(tokenizer, run_dir)
+                data = task.tokenize(raw, tokenizer, opts)
+            description.update(examples={split: len(ds) for split, ds in data.items()},
+                               example_unit=task.example_unit(opts))
+            total_steps = plan_steps(len(data["train"]), opts, state.num_processes)
+            args = training_arguments(task, run_dir, opts, total_steps, model.config.hidden_size, use_cpu)
+            callbacks = RunCallbacks.make(opts, aside, extra_callbacks)
+            trainer = make_trainer(task, model, args, tokenizer, data, opts, callbacks.all())
+            distributed_type = str(trainer.accelerator.distributed_type.value)
+            record = dict(description=description, tokenizer=tokenizer, model=model, args=args,
+                          world=state.num_processes, distributed_type=distributed_type, resumed_from=resume_from)
+            if is_main:
+                warn_if_fsdp_dropped(distributed_type)
+                from .outputs import run_record, write_run_record
 
-            write_run_record(run_dir, run_record(task, opts, status="running", **record))
-        train_seconds = fit(trainer, resume_from, total_steps)
-        undo.pop_all()  # the new run has checkpointed (or finished): the old one is gone for good
-        check_stopped(run_dir, trainer, callbacks, opts, is_main)
-        result = finish(task, run_dir, opts, trainer, raw, data, tokenizer, callbacks, record,
-                        t_start=t_start, train_seconds=train_seconds, is_main=is_main)
+                write_run_record(run_dir, run_record(task, opts, status="running", **record))
+        with ctrl_c_ends_the_run(run_dir, is_main, DURING_TRAINING):
+            train_seconds = fit(trainer, resume_from, total_steps, callbacks.interrupt)
+            undo.pop_all()  # the new run has checkpointed (or finished): the old one is gone for good
+            check_stopped(run_dir, trainer, callbacks, opts, is_main)
+        with ctrl_c_ends_the_run(run_dir, is_main, AFTER_TRAINING, max_steps=total_steps):
+            result = finish(task, run_dir, opts, trainer, raw, data, tokenizer, callbacks, record,
+                            t_start=t_start, train_seconds=train_seconds, is_main=is_main)
     state.wait_for_everyone()
     return result
 
@@ -205,11 +213,16 @@ def build_config(task: Task, tokenizer, raw, opts: TrainOptions):
 
 
 def prepare_output_dir(run_dir: Path, opts: TrainOptions, undo: contextlib.ExitStack) -> Path | None:
-    """Create the run directory; with --overwrite move the old run aside, to be put back if the new run
-    fails before its first checkpoint (``undo``). Returns where the old run went."""
-    aside = rundir.set_aside(run_dir) if opts.overwrite and not opts.resume else None
+    """Create the run directory. A new run that fails (or is interrupted) before its first checkpoint leaves
+    the directory as it found it (``undo``): absent, empty, or holding the old run --overwrite moved aside.
+    Returns where the old run went."""
+    if opts.resume:  # the run's own directory: its checkpoints stay whatever happens
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return None
+    existed = run_dir.is_dir()
+    aside = rundir.set_aside(run_dir) if opts.overwrite else None
+    undo.callback(rundir.restore, run_dir, aside, existed)
     if aside is not None:
-        undo.callback(rundir.restore, run_dir, aside)
         logger.warning("--overwrite: the old run is kept in %s until the new run saves its first checkpoint", aside)
     run_dir.mkdir(parents=True, exist_ok=True)
     return aside
@@ -321,8 +334,9 @@ def warn_if_fsdp_dropped(distributed_type: str) -> None:
                        "accelerators); the model is replicated, not sharded.", distributed_type)
 
 
-def fit(trainer, resume_from: Path | None, total_steps: int) -> float:
-    """Train (or continue); a checkpoint already at the last step is loaded, not trained further."""
+def fit(trainer, resume_from: Path | None, total_steps: int, interrupt) -> float:
+    """Train (or continue); a checkpoint already at the last step is loaded, not trained further. However
+    training ends, Ctrl-C gets its handler back from ``interrupt`` (StopOnInterrupt)."""
     from .trainer import checkpoint_step, load_finished_checkpoint
 
     start = time.perf_counter()
@@ -331,15 +345,16 @@ def fit(trainer, resume_from: Path | None, total_steps: int) -> float:
                        resume_from, checkpoint_step(resume_from), total_steps)
         load_finished_checkpoint(trainer, resume_from)
     else:
-        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        try:
+            trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        finally:
+            interrupt.release()  # an exception out of the loop skips on_train_end
     return time.perf_counter() - start
 
 
 def check_stopped(run_dir: Path, trainer, callbacks: RunCallbacks, opts: TrainOptions, is_main: bool) -> None:
     """Raise (after recording it in run.json) if the NaN guard or Ctrl-C ended training."""
-    from transformers.trainer_utils import get_last_checkpoint
-
-    last = get_last_checkpoint(str(run_dir)) if run_dir.is_dir() else None
+    last = newest_checkpoint(run_dir)
     if callbacks.guard.tripped_at is not None:
         step = callbacks.guard.tripped_at
         if is_main:
@@ -356,6 +371,57 @@ def check_stopped(run_dir: Path, trainer, callbacks: RunCallbacks, opts: TrainOp
         raise TrainingInterruptedError(
             f"interrupted at step {step} of {trainer.state.max_steps}; checkpoint saved in {last}. To continue, run "
             "the same command with --resume (in Python: resume=True).", last)
+
+
+def newest_checkpoint(run_dir: Path) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(run_dir)) if run_dir.is_dir() else None
+
+
+#: Where a bare Ctrl-C (one StopOnInterrupt did not turn into a stop at a step's end) can land, as messages say it.
+BEFORE_TRAINING = "before training started"
+DURING_TRAINING = "during training"
+AFTER_TRAINING = "after training finished, while evaluating and writing the outputs"
+
+
+@contextlib.contextmanager
+def ctrl_c_ends_the_run(run_dir: Path, is_main: bool, stage: str, *, resumed_from: Path | None = None,
+                        max_steps: int | None = None) -> Iterator[None]:
+    """Ctrl-C at ``stage`` ends the run as it does inside the training loop: with a checkpoint to go on from,
+    run.json says interrupted; either way TrainingInterruptedError says in one line how to go on."""
+    try:
+        yield
+    except TrainingInterruptedError:
+        raise
+    except KeyboardInterrupt:
+        if stage == BEFORE_TRAINING:  # the directory may still hold the run --overwrite replaces: not ours
+            last = str(resumed_from) if resumed_from is not None else None
+        else:
+            last = newest_checkpoint(run_dir)
+        raise interrupted(run_dir, is_main, stage, last, max_steps) from None
+
+
+def interrupted(run_dir: Path, is_main: bool, stage: str, last: str | None,
+                max_steps: int | None) -> TrainingInterruptedError:
+    """The error for Ctrl-C at ``stage`` (recorded in run.json when there is a checkpoint to go on from)."""
+    from .trainer import checkpoint_step
+
+    if last is None:  # the run's undo puts the output directory back as the run found it
+        return TrainingInterruptedError(f"interrupted {stage}: nothing was trained (no checkpoint was saved). To "
+                                        "start again, run the same command.", None)
+    step = checkpoint_step(Path(last))
+    if is_main and rundir.is_run_dir(run_dir):
+        rundir.update_status(run_dir, "interrupted", interrupted_at_step=step, last_checkpoint=last)
+    if stage != AFTER_TRAINING:
+        how = "To continue, run the same command with --resume (in Python: resume=True)."
+    elif max_steps is None or step >= max_steps:
+        how = ("To finish (evaluate and write the outputs) without training further, run the same command with "
+               "--resume (in Python: resume=True).")
+    else:  # a time limit stopped training early; --resume trains on to max_steps, then finishes
+        how = f"To train on to step {max_steps} and finish, run the same command with --resume (in Python: resume=True)."
+    where = "the trained model" if stage == AFTER_TRAINING else "the newest checkpoint"
+    return TrainingInterruptedError(f"interrupted {stage}; {where} is in {last} (step {step}). {how}", last)
 
 
 def finish(task: Task, run_dir: Path, opts: TrainOptions, trainer, raw, data, tokenizer, callbacks: RunCallbacks,

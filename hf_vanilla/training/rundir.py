@@ -85,12 +85,16 @@ def set_aside(run_dir: Path) -> Path | None:
     return aside
 
 
-def restore(run_dir: Path, aside: Path | None) -> None:
-    """Put the old run back in place of a replacement that never reached its first checkpoint."""
-    if aside is None or not aside.is_dir():
+def restore(run_dir: Path, aside: Path | None, existed: bool) -> None:
+    """Undo a new run that failed before its first checkpoint: put back the old run (moved ``aside``), or the
+    directory as the run found it (empty, or absent). A run that has saved a checkpoint stays."""
+    if any(run_dir.glob("checkpoint-*")):
         return
     shutil.rmtree(run_dir, ignore_errors=True)
-    os.replace(aside, run_dir)
+    if aside is not None and aside.is_dir():
+        os.replace(aside, run_dir)
+    elif existed:
+        run_dir.mkdir(parents=True, exist_ok=True)
 
 
 def read_record(run_dir: Path) -> dict[str, Any]:
