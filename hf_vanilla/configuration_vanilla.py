@@ -441,12 +441,15 @@ PRESETS: dict[str, dict[str, Any]] = {
                  pad_token_id=None),
     "llama": dict(_LLAMA, vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                   num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096),
+    # T5 v1.0 as published: the tied output projection reads the last hidden states times d_model**-0.5 (set
+    # lm_head_scale anew when overriding hidden_size; to_hf refuses any other scale).
     "t5-base": dict(_T5, vocab_size=32128, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
-                    num_attention_heads=12, max_position_embeddings=512),
+                    num_attention_heads=12, max_position_embeddings=512, lm_head_scale=768**-0.5),
     "bart-base": dict(_BART, vocab_size=50265, hidden_size=768, intermediate_size=3072, num_hidden_layers=6,
                       num_attention_heads=12, max_position_embeddings=1024),
     "tiny-transformer": dict(_PAPER, **_TINY),
     "tiny-bert": dict(_BERT, **_TINY),
     "tiny-gpt2": dict(_GPT2, **_TINY),
     "tiny-llama": dict(_LLAMA, **{**_TINY, "num_key_value_heads": 2}),
+    "tiny-t5": dict(_T5, **_TINY, lm_head_scale=_TINY["hidden_size"] ** -0.5),
 }
