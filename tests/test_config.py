@@ -22,6 +22,7 @@ from tests.factories import HEAD_FOR_FAMILY, tiny_config
         (dict(hidden_size=30, num_attention_heads=4, head_dim=None), r"hidden_size=30 is not divisible by num_attention_heads=4"),
         (dict(num_attention_heads=4, num_key_value_heads=3), r"num_attention_heads=4 is not divisible by num_key_value_heads=3"),
         (dict(hidden_dropout=1.5), r"hidden_dropout must be in \[0, 1\)"),
+        (dict(initializer_factor=0.0), r"initializer_factor must be positive \(1.0 is T5's initialisation\) or None"),
         (dict(num_hidden_layers=0), r"num_hidden_layers must be a positive integer"),
         (dict(classifier_pooling="max"), r"classifier_pooling='max'.*'first', 'last', 'mean'"),
         (dict(position_embedding_type="rope", hidden_size=36, num_attention_heads=4, head_dim=9), r"head_dim=9 must be even"),
@@ -87,8 +88,17 @@ def test_presets_build_and_round_trip(name, tmp_path):
     assert reloaded.to_dict() == config.to_dict()
 
 
+@pytest.mark.parametrize("name", ["t5-base", "tiny-t5"])
+def test_t5_presets_are_t5_v1_0_as_published(name):
+    # t5-base ties its output projection to the embedding and rescales the last hidden states by d_model**-0.5;
+    # a tied head without the rescaling is neither v1.0 nor v1.1 and starts training ~4x above the uniform loss.
+    config = hv.VanillaConfig.from_preset(name)
+    assert config.tie_word_embeddings and not config.gated_ffn and config.hidden_act == "relu"
+    assert config.lm_head_scale == pytest.approx(config.hidden_size**-0.5)
+
+
 def test_tiny_presets_build_working_models():
-    for name in ("tiny-transformer", "tiny-bert", "tiny-gpt2", "tiny-llama"):
+    for name in ("tiny-transformer", "tiny-bert", "tiny-gpt2", "tiny-llama", "tiny-t5"):
         config = hv.VanillaConfig.from_preset(name)
         head = {"encoder": hv.VanillaForMaskedLM, "decoder": hv.VanillaForCausalLM,
                 "encoder-decoder": hv.VanillaForSeq2SeqLM}[config.architecture]
