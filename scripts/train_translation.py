@@ -4,6 +4,7 @@
     python scripts/train_translation.py                    # 60 minutes on a 2-core CPU -> runs/translation
     python scripts/train_translation.py --gpu              # the same recipe on a GPU: bf16 autocast, SDPA
     python scripts/train_translation.py --dry-run          # a tiny budget: checks the pipeline end to end
+    python scripts/train_translation.py --resume           # continue (or, at --max-steps, only evaluate) a run
 
 The model is the paper's (sinusoidal positions, ReLU FFN, one BPE vocabulary shared by both languages and
 tied to the output layer, label smoothing 0.1, Adam(0.9, 0.98, 1e-9), linear warm-up then the inverse square
@@ -85,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", action="store_true", help="bf16 autocast and SDPA (on a CUDA machine)")
     parser.add_argument("--dry-run", action="store_true", help="a tiny budget that checks the pipeline")
     parser.add_argument("--time-limit", type=float, help="minutes of training (default: the recipe's 60)")
+    parser.add_argument("--max-steps", type=int, help="optimizer steps at most (default: the recipe's 6000)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --output-dir from its newest checkpoint (at --max-steps: evaluate only)")
     parser.add_argument("--data-files", nargs="+", default=[], metavar="[SPLIT=]PATH",
                         help="local en/es pairs (.jsonl) instead of the Bible")
     parser.add_argument("--print-command", action="store_true", help="print the hf-vanilla train command and exit")
@@ -93,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     overrides: dict[str, Any] = {"data_files": args.data_files} if args.data_files else {}
     if args.time_limit is not None:
         overrides["time_limit_minutes"] = args.time_limit
+    if args.max_steps is not None:
+        overrides["max_steps"] = args.max_steps
     options = recipe_options(gpu=args.gpu, dry_run=args.dry_run, **overrides)
     if args.print_command:
         print(command_line(options, args.output_dir))
@@ -100,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from hf_vanilla.training import train
 
-    result = train("translation", args.output_dir, overwrite=True, **options)
+    run = {"resume": True} if args.resume else {"overwrite": True}
+    result = train("translation", args.output_dir, **run, **options)
     metrics, baseline = result.metrics, result.baseline
     print(f"test BLEU {metrics['test_bleu']:.2f}, chrF {metrics['test_chrf']:.2f} on {metrics['test_sentences']} "
           f"sentences of held-out books (copying the source: BLEU {baseline['test_bleu']:.2f}, chrF "

@@ -24,7 +24,9 @@ logger = logging.getLogger(__name__)
 @functools.cache
 def trainer_classes() -> tuple[type, type]:
     """``(VanillaTrainer, VanillaSeq2SeqTrainer)``: built on first use, so importing this module stays light."""
+    from torch.utils.data import SequentialSampler
     from transformers import Seq2SeqTrainer, Trainer
+    from transformers.trainer_utils import has_length
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
     class AtomicCheckpointMixin:
@@ -62,6 +64,13 @@ def trainer_classes() -> tuple[type, type]:
                 rotate_checkpoints(output_dir=str(run_dir), save_total_limit=self.args.save_total_limit,
                                    best_model_checkpoint=self.state.best_model_checkpoint)
             self.accelerator.wait_for_everyone()
+
+        def _get_eval_sampler(self, eval_dataset):
+            # transformers 5.24 also groups *evaluation* batches by length when training does, so predict()
+            # returns rows permuted against the dataset (translations scored against other sentences' references).
+            if self.args.train_sampling_strategy != "group_by_length" or not has_length(eval_dataset):
+                return super()._get_eval_sampler(eval_dataset)
+            return SequentialSampler(eval_dataset) if self.args.world_size <= 1 else None
 
         @staticmethod
         def _publish(staged: Path, final: Path) -> None:
