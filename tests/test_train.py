@@ -558,6 +558,15 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_130(corpus, tmp_path):
 # Ctrl-C outside the training loop: before anything is trained, and after training while the run is finished.
 
 
+@pytest.fixture(autouse=True)
+def ctrl_c_raises_keyboard_interrupt():
+    """Python's own Ctrl-C handler, as in a terminal: a shell that starts pytest in the background starts it with
+    SIGINT ignored, and then os.kill(SIGINT) would interrupt nothing."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def _press_ctrl_c(*args, **kwargs):
     """Stands in for a step of the run: Ctrl-C arrives while it works."""
     os.kill(os.getpid(), signal.SIGINT)

@@ -26,8 +26,7 @@ def trainer_classes() -> tuple[type, type]:
     """``(VanillaTrainer, VanillaSeq2SeqTrainer)``: built on first use, so importing this module stays light."""
     from torch.utils.data import SequentialSampler
     from transformers import Seq2SeqTrainer, Trainer
-    from transformers.trainer_utils import has_length
-    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length, rotate_checkpoints
 
     class AtomicCheckpointMixin:
         """Trainer checkpoints that appear all at once, always carry the model code, and say "No space left
