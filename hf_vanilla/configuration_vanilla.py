@@ -131,7 +131,12 @@ class VanillaConfig(PreTrainedConfig):
             (the [CLS] token), ``"last"`` (last non-padding token, for decoders), ``"mean"`` or ``"eos"`` (the
             last ``eos_token_id`` of each row, as BART does; the default for an encoder-decoder).
         pooler: BERT's dense + tanh over the pooled token before the classifier.
-        initializer_range: std of the normal initialisation.
+        initializer_range: std of the normal initialisation (token embeddings scaled by sqrt(hidden_size) start
+            at N(0, hidden_size**-0.5) instead, as in the paper's reference code).
+        initializer_factor: ``None``, or T5's initialisation (Mesh TensorFlow's) scaled by this factor, as
+            ``T5Config.initializer_factor``: each projection N(0, factor * fan_in**-0.5), the query's also divided
+            by sqrt(head_dim) (T5 attends unscaled), token embeddings and an untied output projection N(0, factor),
+            norms at ``factor``. The t5 presets and converted T5 checkpoints set it (1.0).
         tie_word_embeddings: share the output projection with the token embeddings.
         use_cache: return a KV cache from decoder forwards.
         native_config_extras: set by ``hf_vanilla.convert.from_hf``: the converted native config's fields that
@@ -186,6 +191,7 @@ class VanillaConfig(PreTrainedConfig):
     classifier_pooling: str | None = None
     pooler: bool = False
     initializer_range: float = 0.02
+    initializer_factor: int | float | None = None
     tie_word_embeddings: bool = True
     use_cache: bool = True
     is_encoder_decoder: bool = False
@@ -283,6 +289,11 @@ class VanillaConfig(PreTrainedConfig):
             raise ValueError("VanillaConfig.position_offset and type_vocab_size must be >= 0.")
         if self.relative_attention_num_buckets < 2 or self.relative_attention_max_distance < 2:
             raise ValueError("VanillaConfig.relative_attention_num_buckets and _max_distance must be at least 2.")
+        if self.initializer_factor is not None and self.initializer_factor <= 0:
+            raise ValueError(
+                f"VanillaConfig.initializer_factor must be positive (1.0 is T5's initialisation) or None (the normal "
+                f"initialisation at initializer_range), got {self.initializer_factor}."
+            )
         if self.norm_eps <= 0:
             raise ValueError(f"VanillaConfig.norm_eps must be positive, got {self.norm_eps}.")
         for field in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
@@ -419,6 +430,7 @@ _T5 = dict(
     architecture="encoder-decoder", position_embedding_type="relative", norm_position="pre", norm_type="rmsnorm",
     norm_eps=1e-6, attention_bias=False, mlp_bias=False, scale_embedding=False, attention_scale=1.0,
     hidden_act="relu", pad_token_id=0, eos_token_id=1, bos_token_id=None, decoder_start_token_id=0,
+    initializer_factor=1.0,
 )
 _BART = dict(
     architecture="encoder-decoder", position_embedding_type="learned", position_offset=2, norm_position="post",

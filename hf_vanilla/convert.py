@@ -108,7 +108,7 @@ _LM_HEAD_FIELDS = ("lm_head_bias", "lm_head_transform", "lm_head_scale", "tie_wo
 _POOLING_FIELDS = ("pooler", "classifier_pooling")
 # Fields that change no computation of a trained model (ids, init, caching) or are settled elsewhere.
 _BOOKKEEPING = frozenset({
-    "architecture", "initializer_range", "use_cache", "is_encoder_decoder", "is_decoder", "add_cross_attention",
+    "architecture", "initializer_range", "initializer_factor", "use_cache", "is_encoder_decoder", "is_decoder", "add_cross_attention",
     "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "native_config_extras",
 })
 # Fields that only matter while training: a mismatch is worth a warning, not a refusal.
@@ -558,7 +558,7 @@ T5 = Architecture(
         relative_attention_num_buckets="relative_attention_num_buckets",
         relative_attention_max_distance="relative_attention_max_distance", norm_eps="layer_norm_epsilon",
         hidden_dropout="dropout_rate", classifier_dropout="classifier_dropout",
-        decoder_start_token_id="decoder_start_token_id",
+        decoder_start_token_id="decoder_start_token_id", initializer_factor="initializer_factor",
     ),
     derived=frozenset({"gated_ffn", "hidden_act", "lm_head_scale", "attention_dropout", "activation_dropout",
                        "num_key_value_heads", "tie_word_embeddings"}),

@@ -45,6 +45,7 @@ from .positional import (
     NO_POSITIONAL_INPUTS,
     PositionalAttentionInputs,
     PositionalScheme,
+    RelativePositionBias,
     build_positional_scheme,
     rotate_folded,
     sinusoid_table,
@@ -411,19 +412,66 @@ class VanillaPreTrainedModel(PreTrainedModel):
         refuse_flash_with_bias(self.config, requested)
         return super().set_attn_implementation(attn_implementation, allow_all_kernels=allow_all_kernels)
 
+    @torch.no_grad()
+    def initialize_weights(self) -> None:
+        super().initialize_weights()
+        if self.config.initializer_factor is not None:
+            # transformers skips _init_weights for custom-code modules without parameters of their own (attention,
+            # FFN), where T5 sets each projection's spread; loaded tensors are flagged and stay as loaded.
+            for module in self.modules():
+                init_like_t5(module, self.config)
+
     def _init_weights(self, module: nn.Module) -> None:
-        super()._init_weights(module)
+        super()._init_weights(module)  # linears and embeddings N(0, initializer_range), norms at 1, biases at 0
         if isinstance(module, PositionalScheme):
             reset_positional_buffers(module)
+        if self.config.initializer_factor is not None:
+            init_like_t5(module, self.config)
         elif isinstance(module, VanillaTokenEmbedding) and module.scale != 1.0:
             # The paper's reference code (tensor2tensor, fairseq): N(0, d^-1/2), so the sqrt(d)-scaled embeddings
             # have unit variance, as the sinusoids added to them do (std 0.02 leaves tokens swamped by positions).
-            init.normal_(module.weight, std=module.embedding_dim**-0.5)
-            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
-                init.zeros_(module.weight[module.padding_idx])
-        elif isinstance(module, VanillaForSeq2SeqLM | VanillaForCausalLM | VanillaForMaskedLM):
-            if module.lm_head.bias is not None:
-                init.zeros_(module.lm_head.bias)
+            init_embedding(module, std=module.embedding_dim**-0.5)
+        if isinstance(module, VanillaLMHeadMixin) and module.lm_head.bias is not None:
+            init.zeros_(module.lm_head.bias)
+
+
+def init_embedding(embedding: nn.Embedding, std: float) -> None:
+    init.normal_(embedding.weight, std=std)
+    if embedding.padding_idx is not None and not getattr(embedding.weight, "_is_hf_initialized", False):
+        init.zeros_(embedding.weight[embedding.padding_idx])  # as nn.Embedding: the padding row starts (and stays) 0
+
+
+def init_like_t5(module: nn.Module, config: VanillaConfig) -> None:
+    """T5's initialisation (transformers' ``T5PreTrainedModel._init_weights``, after Mesh TensorFlow) times
+    ``config.initializer_factor``: fan-in scaled projections, unit-scale embeddings. Modules T5 lacks (learned
+    positions, token types, BERT's head transform) keep the normal initialisation."""
+    factor, d_model = config.initializer_factor, config.hidden_size
+    if isinstance(module, VanillaRMSNorm | VanillaLayerNorm):
+        init.constant_(module.weight, factor)
+    elif isinstance(module, VanillaTokenEmbedding):
+        init_embedding(module, std=factor)
+    elif isinstance(module, VanillaAttention):
+        # The query also carries the 1/sqrt(head_dim) T5's unscaled attention leaves out.
+        init.normal_(module.q_proj.weight, std=factor * (d_model * module.head_dim) ** -0.5)
+        init.normal_(module.k_proj.weight, std=factor * d_model**-0.5)
+        init.normal_(module.v_proj.weight, std=factor * d_model**-0.5)
+        init.normal_(module.o_proj.weight, std=factor * (module.num_heads * module.head_dim) ** -0.5)
+    elif isinstance(module, VanillaFeedForward):
+        for projection in (module.gate_proj, module.up_proj):
+            if projection is not None:
+                init.normal_(projection.weight, std=factor * d_model**-0.5)
+        init.normal_(module.down_proj.weight, std=factor * config.intermediate_size**-0.5)
+    elif isinstance(module, RelativePositionBias):
+        init.normal_(module.relative_attention_bias.weight, std=factor * d_model**-0.5)
+    elif isinstance(module, VanillaLMHeadMixin) and not config.tie_word_embeddings:
+        init.normal_(module.lm_head.weight, std=factor)
+    elif isinstance(module, VanillaPooler) and module.dense is not None:
+        init.normal_(module.dense.weight, std=factor * d_model**-0.5)  # T5ClassificationHead.dense
+    elif isinstance(module, VanillaForSequenceClassification | VanillaForQuestionAnswering):
+        output = module.score if isinstance(module, VanillaForSequenceClassification) else module.qa_outputs
+        init.normal_(output.weight, std=factor * d_model**-0.5)
+    elif isinstance(module, VanillaForTokenClassification):
+        init.normal_(module.score.weight, std=factor)
 
 
 def refuse_flash_with_bias(config: VanillaConfig, implementation: str | None) -> None:

@@ -22,6 +22,7 @@ from tests.factories import HEAD_FOR_FAMILY, tiny_config
         (dict(hidden_size=30, num_attention_heads=4, head_dim=None), r"hidden_size=30 is not divisible by num_attention_heads=4"),
         (dict(num_attention_heads=4, num_key_value_heads=3), r"num_attention_heads=4 is not divisible by num_key_value_heads=3"),
         (dict(hidden_dropout=1.5), r"hidden_dropout must be in \[0, 1\)"),
+        (dict(initializer_factor=0.0), r"initializer_factor must be positive \(1.0 is T5's initialisation\) or None"),
         (dict(num_hidden_layers=0), r"num_hidden_layers must be a positive integer"),
         (dict(classifier_pooling="max"), r"classifier_pooling='max'.*'first', 'last', 'mean'"),
         (dict(position_embedding_type="rope", hidden_size=36, num_attention_heads=4, head_dim=9), r"head_dim=9 must be even"),

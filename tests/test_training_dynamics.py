@@ -2,9 +2,11 @@
 
 Each built-in counterpart is built from scratch (its own initialisation) from the config `to_hf` derives.
 The paper's own recipe has no exact built-in twin; it is held to the nearest ones (BART for the
-encoder-decoder, GPT-2 and Llama for a decoder). T5 is left out: transformers' T5 initialises its output
-projection at std 1 and starts at ~4x the uniform loss, so ratios are not comparable.
+encoder-decoder, GPT-2 for a decoder) and, with Marian's sinusoid layout and logit bias, to Marian itself.
+T5-shaped configs (`initializer_factor`) start from T5's own initialisation, tensor by tensor.
 """
+
+import math
 
 import pytest
 import torch
@@ -14,6 +16,7 @@ from hf_vanilla.convert import to_hf
 
 TINY = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
             max_position_embeddings=64, hidden_dropout=0.0, attention_dropout=0.0)
+MARIAN = dict(sinusoidal_layout="concatenated", lm_head_bias=True)  # all that keeps the paper from being a Marian
 HEADS = {"encoder": hv.VanillaForMaskedLM, "decoder": hv.VanillaForCausalLM, "encoder-decoder": hv.VanillaForSeq2SeqLM}
 
 
@@ -23,8 +26,8 @@ def ours(preset: str, **overrides):
     return HEADS[config.architecture](config)
 
 
-def built_in(preset: str):
-    reference = to_hf(ours(preset))
+def built_in(preset: str, **overrides):
+    reference = to_hf(ours(preset, **overrides))
     torch.manual_seed(0)
     return type(reference)(reference.config)  # fresh: transformers' own initialisation
 
@@ -55,6 +58,9 @@ PAIRS = {
     "tiny-llama": (lambda: ours("tiny-llama"), lambda: built_in("tiny-llama")),
     "tiny-bert": (lambda: ours("tiny-bert"), lambda: built_in("tiny-bert")),
     "bart-base": (lambda: ours("bart-base"), lambda: built_in("bart-base")),
+    "tiny-t5": (lambda: ours("tiny-t5"), lambda: built_in("tiny-t5")),
+    "paper with Marian's layout and bias vs Marian": (lambda: ours("tiny-transformer", **MARIAN),
+                                                       lambda: built_in("tiny-transformer", **MARIAN)),
     "tiny-transformer vs BART": (lambda: ours("tiny-transformer"), lambda: built_in("bart-base")),
     "paper decoder vs GPT-2": (lambda: ours("tiny-transformer", architecture="decoder"), lambda: built_in("tiny-gpt2")),
 }
@@ -77,3 +83,34 @@ def test_scaled_token_embeddings_start_at_unit_variance_like_the_sinusoids():
     assert embedding.weight[embedding.padding_idx].abs().max() == 0
     unscaled = ours("tiny-gpt2").get_input_embeddings().weight  # no scaling: transformers' initializer_range
     assert abs(unscaled[3:].std().item() - 0.02) < 0.003
+
+
+@pytest.mark.parametrize("ffn", [{}, dict(gated_ffn=True, hidden_act="gelu_new")], ids=["v1.0", "v1.1-gated"])
+def test_t5_shaped_models_start_with_t5s_own_spread_in_every_tensor(ffn, tmp_path):
+    model = ours("tiny-t5", **ffn)
+    converted = to_hf(model).state_dict()  # our tensors under T5's names
+    native = built_in("tiny-t5", **ffn).state_dict()
+    assert converted.keys() == native.keys()
+    for name, theirs in native.items():
+        mine = converted[name]
+        if "layer_norm" in name:
+            torch.testing.assert_close(mine, theirs, rtol=0, atol=0)  # norms start at initializer_factor
+            continue
+        # sample std of n normal draws: ~1/sqrt(2n) relative error; 4 sigma. The normal init's 0.02 fails every one.
+        mine_std, their_std = mine.pow(2).mean().sqrt().item(), theirs.pow(2).mean().sqrt().item()
+        assert mine_std == pytest.approx(their_std, rel=4 / math.sqrt(2 * theirs.numel())), name
+    model.save_pretrained(tmp_path)  # loading keeps the saved weights: the init touches only fresh tensors
+    reloaded = type(model).from_pretrained(tmp_path)
+    assert reloaded.config.initializer_factor == 1.0
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(reloaded.state_dict()[name], tensor, rtol=0, atol=0)
+
+
+def test_t5_initializer_factor_scales_every_tensor_and_an_untied_head_starts_like_the_embedding():
+    # transformers 5.24 always ties T5's head, so its untied branch (std = factor) has no built-in to compare with.
+    half = ours("tiny-t5", initializer_factor=0.5, tie_word_embeddings=False, lm_head_scale=1.0)
+    full = ours("tiny-t5", tie_word_embeddings=False, lm_head_scale=1.0)
+    assert half.lm_head.weight is not half.get_input_embeddings().weight
+    assert full.lm_head.weight.std().item() == pytest.approx(1.0, rel=0.05)
+    for (name, a), b in zip(half.state_dict().items(), full.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b * 0.5, msg=name)  # same seed, same draws: exactly half
