@@ -425,7 +425,7 @@ class VanillaPreTrainedModel(PreTrainedModel):
         super()._init_weights(module)  # linears and embeddings N(0, initializer_range), norms at 1, biases at 0
         if isinstance(module, PositionalScheme):
             reset_positional_buffers(module)
-        if self.config.initializer_factor is not None:
+        if self.config.initializer_factor is not None:  # also here: resize_token_embeddings inits new modules only so
             init_like_t5(module, self.config)
         elif isinstance(module, VanillaTokenEmbedding) and module.scale != 1.0:
             # The paper's reference code (tensor2tensor, fairseq): N(0, d^-1/2), so the sqrt(d)-scaled embeddings
