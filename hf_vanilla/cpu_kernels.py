@@ -159,8 +159,8 @@ def onednn_applies(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
         and type(x) is torch.Tensor
         and _dense(weight)
         and _dense(bias)
-        and x.device.type == "cpu"
-        and weight.device.type == "cpu"
+        and x.is_cpu  # is_cpu, not device.type: this runs on every call, and building a device costs a microsecond
+        and weight.is_cpu
         and x.dtype == weight.dtype == torch.float32
         and (bias is None or bias.dtype == torch.float32)
         and x.dim() >= 2
@@ -310,7 +310,7 @@ def single_token_applies(query: torch.Tensor, key: torch.Tensor, value: torch.Te
         not runs_plain_only()
         and not (torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)))
         and query_length == 1
-        and query.device.type == "cpu"
+        and query.is_cpu
         and batch * heads * key.shape[2] * dim <= INLINE_ELEMENTS
         and not kwargs.get("output_attentions")
     )
