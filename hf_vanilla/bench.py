@@ -28,6 +28,10 @@ With ``--cpu-kernels`` a third model takes its turn in every round: ours with
 :func:`hf_vanilla.cpu_kernels.enable_cpu_kernels` (the "tuned" columns), so plain and tuned are compared
 with the reference in the same rounds. Its kernels measure their choices in the warm-up call.
 
+With ``--control`` one more model takes its turn: an identical copy of ours (same code, same weights). Its
+ratio against ours (the "A/A" column) would be 1.00 on a perfect machine; how far it strays is how far
+noise alone moves every other ratio of that run.
+
 Heavy imports (torch, transformers) happen inside functions so that ``hf-vanilla --help`` stays fast.
 """
 
@@ -92,10 +96,11 @@ class Pair:
     reference: PreTrainedModel
     tuned: PreTrainedModel | None = None  # ours with the CPU kernels on (--cpu-kernels)
     kernels: CpuKernelsReport | None = None  # what enabling them changed, and (after the runs) what they chose
+    control: PreTrainedModel | None = None  # an identical copy of ours (--control): the noise of the run
 
     def contestants(self) -> dict[str, PreTrainedModel]:
-        models = {"ours": self.ours, "reference": self.reference}
-        return models if self.tuned is None else {**models, "tuned": self.tuned}
+        models = {"ours": self.ours, "reference": self.reference, "tuned": self.tuned, "control": self.control}
+        return {side: model for side, model in models.items() if model is not None}
 
 
 def _ours(head: type, attn: str, **fields: Any) -> PreTrainedModel:
@@ -179,14 +184,19 @@ BUILDERS: dict[str, Callable[[Sizes, str], Pair]] = {
 }
 
 
-def build_pair(name: str, sizes: Sizes, attn: str = "sdpa", seed: int = 0, cpu_kernels: bool = False) -> Pair:
-    """The pair; with ``cpu_kernels``, also a copy of ours (same weights) with the CPU kernels on."""
+def build_pair(
+    name: str, sizes: Sizes, attn: str = "sdpa", seed: int = 0, cpu_kernels: bool = False, control: bool = False
+) -> Pair:
+    """The pair; with ``cpu_kernels``, also a copy of ours (same weights) with the CPU kernels on; with
+    ``control``, also a plain copy of ours."""
     import copy
 
     import torch
 
     torch.manual_seed(seed)
     pair = BUILDERS[name](sizes, attn)
+    if control:
+        pair.control = copy.deepcopy(pair.ours)
     if cpu_kernels:
         from .cpu_kernels import enable_cpu_kernels
 
@@ -424,6 +434,7 @@ class Row:
     ratio: float
     tuned: float | None = None  # ours with the CPU kernels on, and its ratio against the reference
     tuned_ratio: float | None = None
+    control_ratio: float | None = None  # ours against an identical copy of itself (A/A): 1.00 but for noise
 
 
 def _paired_ratio(ours: list[float], reference: list[float], higher_is_better: bool) -> float:
@@ -439,12 +450,14 @@ def memory_ratio(ours: float, reference: float) -> float:
 
 
 def throughput_row(name: str, times: dict[str, list[float]], work: float, unit: str) -> Row:
-    rates = {side: [work / t for t in times[side]] for side in ("ours", "reference", "tuned") if side in times}
+    rates = {side: [work / t for t in series] for side, series in times.items()}
     row = Row(name, statistics.median(rates["ours"]), statistics.median(rates["reference"]), unit,
               _paired_ratio(rates["ours"], rates["reference"], True))
     if "tuned" in rates:
         row.tuned = statistics.median(rates["tuned"])
         row.tuned_ratio = _paired_ratio(rates["tuned"], rates["reference"], True)
+    if "control" in rates:
+        row.control_ratio = _paired_ratio(rates["ours"], rates["control"], True)
     return row
 
 
@@ -467,6 +480,8 @@ def bench_pair(pair: Pair, sizes: Sizes, measures: Sequence[str], repeats: int, 
                   memory_ratio(peaks["ours"], peaks["reference"]))
         if "tuned" in peaks:
             row.tuned, row.tuned_ratio = peaks["tuned"], memory_ratio(peaks["tuned"], peaks["reference"])
+        if "control" in peaks:
+            row.control_ratio = memory_ratio(peaks["ours"], peaks["control"])
         rows.append(row)
         log(rows[-1])
     if "train" in measures:
@@ -476,7 +491,8 @@ def bench_pair(pair: Pair, sizes: Sizes, measures: Sequence[str], repeats: int, 
         onednn_matmul, torch_matmul = square_matmul(sizes.matmul, "onednn"), square_matmul(sizes.matmul, "torch")
         times = alternate({**{side: train_step(model, train_inputs) for side, model in models.items()},
                            "matmul-onednn": onednn_matmul, "matmul-torch": torch_matmul}, repeats)
-        row = throughput_row(f"train/{name}", times, tokens_per_batch(kind, train_inputs), "tokens/s")
+        row = throughput_row(f"train/{name}", {side: times[side] for side in models},
+                             tokens_per_batch(kind, train_inputs), "tokens/s")
         rows.append(row)
         log(row)
         matmul_rates = [m.flops / statistics.median(times[f"matmul-{side}"])
@@ -485,7 +501,7 @@ def bench_pair(pair: Pair, sizes: Sizes, measures: Sequence[str], repeats: int, 
         step_flops = train_flops_per_step(pair.ours, sizes)
         mfu = {side: statistics.median([100 * step_flops / t / peak for t in times[side]]) for side in models}
         rows.append(Row(f"mfu-train/{name}", mfu["ours"], mfu["reference"], "% of matmul", row.ratio,
-                        mfu.get("tuned"), row.tuned_ratio))
+                        mfu.get("tuned"), row.tuned_ratio, row.control_ratio))
         # The matmul as each model's linear layers compute it; the MFU's denominator is the faster of the two.
         rows.append(Row(f"matmul-train/{name}", matmul_rates[0] / 1e9, matmul_rates[1] / 1e9, "GFLOP/s",
                         matmul_rates[0] / matmul_rates[1]))
@@ -586,6 +602,7 @@ def run_benchmark(
     compile: bool = False,
     attn: str = "sdpa",
     cpu_kernels: bool = False,
+    control: bool = False,
     log: Callable[[object], None] | None = None,
 ) -> list[Row]:
     """Build every pair, measure, and return the rows (see the module docstring)."""
@@ -606,7 +623,7 @@ def run_benchmark(
     log(rows[0])
     per_pair = [measure for measure in measures if measure != "attention-memory"]
     for name in pairs if per_pair else ():
-        pair = build_pair(name, sizes, attn, cpu_kernels=cpu_kernels)
+        pair = build_pair(name, sizes, attn, cpu_kernels=cpu_kernels, control=control)
         log(f"{name}: ours {count_params(pair.ours):,} parameters, reference {count_params(pair.reference):,}; "
             f"{train_flops_per_step(pair.ours, sizes) / 1e9:.0f} GFLOP per training step")
         pair_rows = bench_pair(pair, sizes, per_pair, repeats, log)
@@ -627,20 +644,27 @@ def _number(value: float) -> str:
 
 
 def format_table(rows: Sequence[Row]) -> str:
-    """A Markdown table: pastes as is into docs/performance.md (tuned columns when any row has them)."""
-    if not any(row.tuned is not None for row in rows):
-        lines = ["| name | ours | reference | unit | ratio |", "|---|---:|---:|---|---:|"]
-        for row in rows:
-            lines.append(f"| {row.name} | {_number(row.ours)} | {_number(row.reference)} | {row.unit} | "
-                         f"{row.ratio:.2f} |")
-        return "\n".join(lines)
-    lines = ["| name | plain | tuned | reference | unit | plain ratio | tuned ratio |",
-             "|---|---:|---:|---:|---|---:|---:|"]
-    for row in rows:
-        tuned = _number(row.tuned) if row.tuned is not None else ""
-        tuned_ratio = f"{row.tuned_ratio:.2f}" if row.tuned_ratio is not None else ""
-        lines.append(f"| {row.name} | {_number(row.ours)} | {tuned} | {_number(row.reference)} | {row.unit} | "
-                     f"{row.ratio:.2f} | {tuned_ratio} |")
+    """A Markdown table: pastes as is into docs/performance.md (tuned and A/A columns when any row has them)."""
+    tuned = any(row.tuned is not None for row in rows)
+    control = any(row.control_ratio is not None for row in rows)
+
+    def ratio(value: float | None) -> str:
+        return "" if value is None else f"{value:.2f}"
+
+    # (header, right-aligned, cell of a row)
+    columns: list[tuple[str, bool, Callable[[Row], str]]] = [
+        ("name", False, lambda row: row.name),
+        ("plain" if tuned else "ours", True, lambda row: _number(row.ours)),
+        *([("tuned", True, lambda row: "" if row.tuned is None else _number(row.tuned))] if tuned else []),
+        ("reference", True, lambda row: _number(row.reference)),
+        ("unit", False, lambda row: row.unit),
+        ("plain ratio" if tuned else "ratio", True, lambda row: ratio(row.ratio)),
+        *([("tuned ratio", True, lambda row: ratio(row.tuned_ratio))] if tuned else []),
+        *([("A/A ratio", True, lambda row: ratio(row.control_ratio))] if control else []),
+    ]
+    lines = ["| " + " | ".join(header for header, _, _ in columns) + " |",
+             "|" + "|".join("---:" if right else "---" for _, right, _ in columns) + "|"]
+    lines += ["| " + " | ".join(cell(row) for _, _, cell in columns) + " |" for row in rows]
     return "\n".join(lines)
 
 
@@ -658,8 +682,9 @@ def log_message(message: object) -> None:
     if isinstance(message, Row):
         tuned = "" if message.tuned is None else \
             f"  tuned {_number(message.tuned):>10} (ratio {message.tuned_ratio:.2f})"
+        control = "" if message.control_ratio is None else f"  A/A {message.control_ratio:.2f}"
         message = f"  {message.name:<22} ours {_number(message.ours):>10}  reference {_number(message.reference):>10} " \
-                  f"{message.unit:<12} ratio {message.ratio:.2f}{tuned}"
+                  f"{message.unit:<12} ratio {message.ratio:.2f}{tuned}{control}"
     print(message, file=sys.stderr, flush=True)
 
 
@@ -674,14 +699,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attn", default="sdpa", choices=("sdpa", "eager"), help="attention backend of both models")
     parser.add_argument("--cpu-kernels", action="store_true",
                         help="also time ours with hf_vanilla.cpu_kernels on (the tuned columns)")
-    parser.add_argument("--json", metavar="FILE",
-                        help="write the rows as JSON: [{name, ours, reference, unit, ratio, tuned, tuned_ratio}]")
+    parser.add_argument("--control", action="store_true",
+                        help="also time an identical copy of ours: the A/A column, how far noise alone moves a ratio")
+    parser.add_argument("--json", metavar="FILE", help="write the rows as JSON: "
+                        "[{name, ours, reference, unit, ratio, tuned, tuned_ratio, control_ratio}]")
 
 
 def run_from_args(args: argparse.Namespace) -> int:
     rows = run_benchmark(pairs=args.pairs, measures=args.measures, tiny=args.tiny, repeats=args.repeats,
                          threads=args.threads, compile=args.compile, attn=args.attn, cpu_kernels=args.cpu_kernels,
-                         log=log_message)
+                         control=args.control, log=log_message)
     print(format_table(rows))
     if args.json:
         write_json(rows, args.json)

@@ -14,13 +14,13 @@ from hf_vanilla import bench
 from hf_vanilla.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[1]
-ROW_KEYS = {"name", "ours", "reference", "unit", "ratio", "tuned", "tuned_ratio"}
+ROW_KEYS = {"name", "ours", "reference", "unit", "ratio", "tuned", "tuned_ratio", "control_ratio"}
 
 
 @pytest.fixture(scope="module")
 def tiny_rows(tmp_path_factory) -> list[dict]:
     path = tmp_path_factory.mktemp("bench") / "rows.json"
-    assert cli_main(["bench", "--tiny", "--repeats", "1", "--cpu-kernels", "--json", str(path)]) == 0
+    assert cli_main(["bench", "--tiny", "--repeats", "1", "--cpu-kernels", "--control", "--json", str(path)]) == 0
     return json.loads(path.read_text())
 
 
@@ -28,7 +28,7 @@ def test_rows_have_the_schema(tiny_rows):
     assert tiny_rows and all(set(row) == ROW_KEYS for row in tiny_rows)
     for row in tiny_rows:
         assert isinstance(row["name"], str) and isinstance(row["unit"], str)
-        for key in ("ours", "reference", "ratio", "tuned", "tuned_ratio"):
+        for key in ("ours", "reference", "ratio", "tuned", "tuned_ratio", "control_ratio"):
             assert row[key] is None or (isinstance(row[key], int | float) and math.isfinite(row[key]))
     names = [row["name"] for row in tiny_rows]
     assert len(names) == len(set(names))
@@ -50,12 +50,13 @@ def test_throughputs_are_positive(tiny_rows):
         if row["unit"] == "tokens/s":
             assert row["ours"] > 0 and row["reference"] > 0 and row["ratio"] > 0
             assert row["tuned"] > 0 and row["tuned_ratio"] > 0  # --cpu-kernels: every model row has a tuned side
+            assert row["control_ratio"] > 0  # --control: and an A/A ratio
 
 
 def test_memory_rows_of_pairs_have_a_tuned_side(tiny_rows):
     for row in tiny_rows:
         if row["name"].startswith("memory-train/"):
-            assert row["tuned"] is not None and row["tuned_ratio"] is not None
+            assert row["tuned"] is not None and row["tuned_ratio"] is not None and row["control_ratio"] is not None
 
 
 def test_tuned_pair_has_the_kernels_on_and_the_same_weights():
@@ -80,6 +81,23 @@ def test_table_shows_tuned_columns_only_when_measured():
     assert lines[0] == "| name | plain | tuned | reference | unit | plain ratio | tuned ratio |"
     assert lines[2] == "| train/x | 10 | 12 | 8 | tokens/s | 1.25 | 1.50 |"
     assert lines[3] == "| peak/matmul | 2 |  | 1 | GFLOP/s | 2.00 |  |"
+
+
+def test_table_shows_the_a_a_column_when_a_control_ran():
+    row = bench.Row("train/x", 10.0, 8.0, "tokens/s", 1.25, control_ratio=0.97)
+    lines = bench.format_table([row, bench.Row("peak/matmul", 2.0, 1.0, "GFLOP/s", 2.0)]).splitlines()
+    assert lines[:3] == ["| name | ours | reference | unit | ratio | A/A ratio |", "|---|---:|---:|---|---:|---:|",
+                         "| train/x | 10 | 8 | tokens/s | 1.25 | 0.97 |"]
+    assert lines[3] == "| peak/matmul | 2 | 1 | GFLOP/s | 2.00 |  |"
+
+
+def test_control_is_an_identical_copy_of_ours():
+    import torch
+
+    pair = bench.build_pair("gpt2", bench.TINY, control=True)
+    assert set(pair.contestants()) == {"ours", "reference", "control"} and type(pair.control) is type(pair.ours)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    torch.testing.assert_close(pair.control(ids).logits, pair.ours(ids).logits, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("name", bench.PAIRS)
@@ -145,11 +163,28 @@ def test_profile_groups_ops_and_leaves_the_rest_to_other():
 
 
 def test_profile_script_runs_on_tiny_models(monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["profile_pair.py", "--tiny", "--repeats", "1", "--profiled", "1", "--top", "2"])
+    measures = ("train", "generate-b1", "generate-b8")
+    monkeypatch.setattr(sys, "argv", ["profile_pair.py", "--tiny", "--repeats", "1", "--profiled", "1", "--top", "2",
+                                      "--measure", *measures, "products"])
     with pytest.raises(SystemExit) as exit_:
         runpy.run_path(str(ROOT / "scripts" / "profile_pair.py"), run_name="__main__")
     assert exit_.value.code == 0
     out = capsys.readouterr().out
-    for measure in ("train", "generate-b1"):
+    assert "ours=plain" in out
+    for measure in measures:
         assert f"\n{measure}: wall ours" in out
-    assert out.count("| matmul |") == 2 and out.count("| other |") == 2
+    assert out.count("| matmul |") == 3 and out.count("| other |") == 3
+    from hf_vanilla.cpu_kernels import onednn_available
+
+    if onednn_available():  # x86 builds: one row per distinct linear shape and row count, and the sums
+        assert all(f"| {rows} rows, all layers |" in out for rows in (1, 8))
+
+
+def test_profile_script_profiles_the_tuned_model_with_cpu_kernels(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["profile_pair.py", "--tiny", "--repeats", "1", "--profiled", "1", "--top", "2",
+                                      "--measure", "generate-b1", "--cpu-kernels"])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(ROOT / "scripts" / "profile_pair.py"), run_name="__main__")
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "ours=tuned (CPU kernels on)" in out and out.count("| matmul |") == 1
