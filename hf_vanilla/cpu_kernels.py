@@ -24,6 +24,13 @@ backward through autograd, of either path. The single-token attention has no suc
 aside whenever autograd records. :data:`TUNER` keeps the choices for the process; the report
 :func:`enable_cpu_kernels` returns shows them.
 
+A kernel that wins alone can still lose inside the model (the other layers' weights pass through the cache
+between two calls; one kernel's threads can leave the next op waiting), so an enabled model also checks
+itself as a whole: for each shape of its inputs, its inference forwards (no autograd) alternate between all
+plain and the per-shape choices until each has :data:`REPEATS` timed calls, and keep the per-shape choices only
+if the whole forward is :data:`MARGIN` faster with them (:class:`ModelCheck`). Training steps rely on the
+per-shape measurement of forward and backward.
+
 Anything the measurement does not cover takes the plain path unchanged: other dtypes and devices,
 autocast, tensor subclasses, ``torch.compile`` (inductor picks its own kernels), ``torch.jit.trace`` and
 ``torch.export`` (a graph must hold portable ops), functorch transforms. A backward that is itself
@@ -34,11 +41,13 @@ change: an enabled layer is an ``nn.Linear`` whose class is swapped, so checkpoi
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import math
 import platform
 import statistics
 import time
+import weakref
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
@@ -108,6 +117,8 @@ class Autotuner:
 
 
 TUNER = Autotuner()
+#: True while an enabled model's forward runs all plain (its :class:`ModelCheck` chose, or is timing, plain torch).
+FORCED_PLAIN: contextvars.ContextVar[bool] = contextvars.ContextVar("hf_vanilla_cpu_kernels_plain", default=False)
 
 
 def rows_bucket(rows: int) -> int:
@@ -241,7 +252,7 @@ def _linear_candidates(
 
 def tuned_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear``, or the oneDNN product where :data:`TUNER` measured it faster for this shape on this host."""
-    if not onednn_applies(x, weight, bias):
+    if not onednn_applies(x, weight, bias) or FORCED_PLAIN.get():  # in this order: graph capture never reads the flag
         return F.linear(x, weight, bias)
     backward = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
     rows = x.numel() // x.shape[-1]
@@ -330,7 +341,7 @@ def cpu_sdpa_attention(
     def plain():
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
-    if not single_token_applies(query, key, value, **kwargs):
+    if not single_token_applies(query, key, value, **kwargs) or FORCED_PLAIN.get():
         return plain()
 
     def tuned():
@@ -353,6 +364,72 @@ def register_attention() -> None:
 
 
 # ----------------------------------------------------------------------------------------------
+# The whole model: per-shape choices kept only where the whole forward is faster with them
+
+
+@dataclass
+class ModelCheck:
+    """One enabled model's inference forwards, per input shape: all plain against the per-shape choices.
+
+    Until both paths have ``repeats`` timed forwards for a key, calls alternate (plain first, so a one-off
+    forward pays no measurement); then the per-shape choices stay for that key only if their median is
+    ``margin`` faster. A forward during which the tuner measured a shape is not a sample: it paid for measuring.
+    """
+
+    margin: float = MARGIN
+    repeats: int = REPEATS
+    samples: dict[Hashable, dict[str, list[float]]] = field(default_factory=dict)
+    decided: dict[Hashable, Choice] = field(default_factory=dict)
+
+    def path(self, key: Hashable) -> str:
+        """"plain" or "tuned": which path the next forward with this key takes."""
+        if key not in self.decided:
+            samples = self.samples.setdefault(key, {"plain": [], "tuned": []})
+            if min(map(len, samples.values())) < self.repeats:
+                return "plain" if len(samples["plain"]) <= len(samples["tuned"]) else "tuned"
+            plain_s, tuned_s = statistics.median(samples["plain"]), statistics.median(samples["tuned"])
+            self.decided[key] = Choice("per-shape kernels", 1e3 * plain_s, 1e3 * tuned_s,
+                                       tuned_s < plain_s * (1 - self.margin))
+        return "tuned" if self.decided[key].tuned else "plain"
+
+    def record(self, key: Hashable, path: str, seconds: float) -> None:
+        if key not in self.decided:
+            self.samples[key][path].append(seconds)
+
+
+def input_key(args: tuple, kwargs: dict) -> Hashable:
+    """The shapes of a forward's tensor inputs, each dimension bucketed to a power of two, and the thread count."""
+    tensors = [(str(i), value) for i, value in enumerate(args)] + sorted(kwargs.items())
+    shapes = tuple((name, tuple(map(rows_bucket, value.shape))) for name, value in tensors
+                   if isinstance(value, torch.Tensor))
+    return shapes, torch.get_num_threads()
+
+
+def attach_model_check(model: nn.Module, check: ModelCheck, tuner: Autotuner) -> list:
+    """Hooks on ``model``'s forward that choose each inference forward's path and time it; returns their handles."""
+    running: list[tuple[Hashable, str, int, contextvars.Token, float]] = []
+
+    def before(module: nn.Module, args: tuple, kwargs: dict) -> None:
+        if torch.is_grad_enabled() or runs_plain_only():
+            return
+        key = input_key(args, kwargs)
+        path = check.path(key)
+        running.append((key, path, len(tuner.choices), FORCED_PLAIN.set(path == "plain"), time.perf_counter()))
+
+    def after(module: nn.Module, args: tuple, kwargs: dict, output: object) -> None:
+        if not running:
+            return
+        key, path, measured, token, start = running.pop()
+        seconds = time.perf_counter() - start
+        FORCED_PLAIN.reset(token)
+        if len(tuner.choices) == measured:
+            check.record(key, path, seconds)
+
+    return [model.register_forward_pre_hook(before, with_kwargs=True),
+            model.register_forward_hook(after, with_kwargs=True, always_call=True)]
+
+
+# ----------------------------------------------------------------------------------------------
 # Turning the kernels on and off for a model
 
 
@@ -363,6 +440,7 @@ class CpuKernelsReport:
     linear_layers: int
     attention: str
     tuner: Autotuner = field(repr=False)
+    model_check: ModelCheck = field(default_factory=ModelCheck, repr=False)
 
     def choices(self) -> list[dict[str, object]]:
         return [
@@ -376,7 +454,14 @@ class CpuKernelsReport:
         for row in self.choices():
             lines.append(f"  {row['key']}: {row['chosen']} (torch {row['plain_ms']:.3f} ms, "
                          f"{row['kernel']} {row['tuned_ms']:.3f} ms)")
+        for key, choice in self.model_check.decided.items():
+            lines.append(f"  whole forward {key}: {'per-shape kernels' if choice.tuned else 'all plain'} "
+                         f"(all plain {choice.plain_ms:.2f} ms, per-shape kernels {choice.tuned_ms:.2f} ms)")
         return "\n".join(lines)
+
+
+#: The model check of each enabled model and its hooks, so that disabling (or enabling again) finds them.
+_CHECK_HOOKS: weakref.WeakKeyDictionary[nn.Module, tuple[ModelCheck, list]] = weakref.WeakKeyDictionary()
 
 
 def enable_cpu_kernels(model: nn.Module) -> CpuKernelsReport:
@@ -384,7 +469,8 @@ def enable_cpu_kernels(model: nn.Module) -> CpuKernelsReport:
 
     Every plain ``nn.Linear`` becomes a :class:`TunedLinear` (the class only: parameters, names and the state
     dict stay as they are), and a transformers model whose attention is ``"sdpa"`` switches to
-    :data:`ATTENTION_NAME` through ``set_attn_implementation``. Other attention backends are left alone.
+    :data:`ATTENTION_NAME` through ``set_attn_implementation``. Other attention backends are left alone. The
+    model's forward gets a :class:`ModelCheck` (two hooks; removed by :func:`disable_cpu_kernels`).
     """
     swapped = 0
     for module in model.modules():
@@ -399,7 +485,10 @@ def enable_cpu_kernels(model: nn.Module) -> CpuKernelsReport:
         attention = f"{ATTENTION_NAME} (was sdpa)"
     else:
         attention = f"{attention} (unchanged: only sdpa has a tuned twin)"
-    return CpuKernelsReport(swapped, attention, TUNER)
+    if model not in _CHECK_HOOKS:
+        check = ModelCheck()
+        _CHECK_HOOKS[model] = (check, attach_model_check(model, check, TUNER))
+    return CpuKernelsReport(swapped, attention, TUNER, _CHECK_HOOKS[model][0])
 
 
 def disable_cpu_kernels(model: nn.Module) -> None:
@@ -409,3 +498,5 @@ def disable_cpu_kernels(model: nn.Module) -> None:
             module.__class__ = nn.Linear
     if getattr(getattr(model, "config", None), "_attn_implementation", None) == ATTENTION_NAME:
         model.set_attn_implementation("sdpa")
+    for handle in _CHECK_HOOKS.pop(model, (None, []))[1]:
+        handle.remove()

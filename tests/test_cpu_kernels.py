@@ -462,3 +462,78 @@ def test_subclasses_of_linear_are_not_swapped(always_tuned):
     assert enable_cpu_kernels(model).linear_layers == 1
     assert [type(m) for m in model] == [TunedLinear, Special]
 
+
+
+# ----------------------------------------------------------------------------------------------
+# The whole model: per-shape choices kept only where the whole forward is faster with them
+
+
+@pytest.mark.parametrize(("plain_s", "tuned_s", "chosen"), [(1.0, 0.5, "tuned"), (1.0, 0.97, "plain"),
+                                                             (0.5, 1.0, "plain")])
+def test_model_check_alternates_then_keeps_the_faster_path(plain_s, tuned_s, chosen):
+    check = kernels.ModelCheck(repeats=3)
+    paths = []
+    for _ in range(6):
+        paths.append(check.path("key"))
+        check.record("key", paths[-1], plain_s if paths[-1] == "plain" else tuned_s)
+    assert paths == ["plain", "tuned"] * 3  # plain first: a one-off forward pays no measurement
+    assert check.path("key") == chosen and check.path("key") == chosen  # decided once, then kept
+    assert check.decided["key"].plain_ms == 1e3 * plain_s and check.decided["key"].tuned_ms == 1e3 * tuned_s
+    check.record("key", "plain", 100.0)  # after the decision, nothing moves it
+    assert check.path("key") == chosen
+
+
+@needs_onednn
+def test_inference_forwards_alternate_and_a_measuring_forward_is_no_sample(always_tuned, onednn_calls):
+    model = VanillaForCausalLM(tiny_config("decoder")).eval()
+    report = enable_cpu_kernels(model)
+    ids = torch.randint(3, model.config.vocab_size, (2, 5))
+    with torch.no_grad():
+        model(input_ids=ids)  # plain: no oneDNN product
+        assert onednn_calls == []
+        model(input_ids=ids)  # per-shape kernels, measuring every shape first: not a sample
+        assert onednn_calls
+        model(input_ids=ids)  # per-shape kernels again, measured already: a sample
+    (key,) = report.model_check.samples
+    assert [len(report.model_check.samples[key][path]) for path in ("plain", "tuned")] == [1, 1]
+    assert kernels.FORCED_PLAIN.get() is False  # the forward's choice does not outlive it
+
+
+@needs_onednn
+@pytest.mark.parametrize("tuned_faster", [True, False])
+def test_a_model_runs_the_path_its_whole_forward_chose(tuned_faster, always_tuned, onednn_calls, monkeypatch):
+    model = VanillaForCausalLM(tiny_config("decoder")).eval()
+    report = enable_cpu_kernels(model)
+    ids = torch.randint(3, model.config.vocab_size, (2, 5))
+    slow, fast = 2.0, 1.0
+    record = report.model_check.record
+    monkeypatch.setattr(report.model_check, "record", lambda key, path, seconds: record(
+        key, path, fast if (path == "tuned") == tuned_faster else slow))  # a fake clock for whole forwards
+    with torch.no_grad():
+        for _ in range(2 * kernels.REPEATS + 2):
+            model(input_ids=ids)
+        onednn_calls.clear()
+        model(input_ids=ids)
+    assert [choice.tuned for choice in report.model_check.decided.values()] == [tuned_faster]
+    assert bool(onednn_calls) is tuned_faster  # decided plain: every layer is F.linear again
+    assert ("per-shape kernels (all plain" if tuned_faster else "all plain (all plain") in report.format()
+
+
+def test_training_forwards_are_not_checked_and_a_failed_forward_resets_the_path(always_tuned):
+    model = VanillaForCausalLM(tiny_config("decoder"))
+    report = enable_cpu_kernels(model)
+    ids = torch.randint(3, model.config.vocab_size, (2, 5))
+    model(input_ids=ids, labels=ids).loss.backward()  # autograd records: per-shape measurement only
+    assert report.model_check.samples == {}
+    with torch.no_grad(), pytest.raises(ValueError, match="outside the vocabulary"):
+        model(input_ids=torch.full((1, 3), model.config.vocab_size))  # raises inside a plain-path forward
+    assert kernels.FORCED_PLAIN.get() is False
+
+
+def test_enabling_twice_checks_once_and_disabling_removes_the_check(always_tuned):
+    model = VanillaForCausalLM(tiny_config("decoder"))
+    first, second = enable_cpu_kernels(model), enable_cpu_kernels(model)
+    assert first.model_check is second.model_check
+    assert len(model._forward_pre_hooks) == 1 and len(model._forward_hooks) == 1
+    disable_cpu_kernels(model)
+    assert len(model._forward_pre_hooks) == 0 and len(model._forward_hooks) == 0
