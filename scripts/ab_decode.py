@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             inputs = bench.make_inputs(pair.kind, batch, sizes.prompt, sizes.vocab, labels=False)
             inputs.pop("decoder_input_ids", None)
             runs = {side: bench.generation(model, inputs, sizes.new_tokens) for side, model in models.items()}
+            bench.settle_tuned(pair, runs["tuned"])
             times = bench.alternate(runs, args.repeats)
             rate = {side: [batch * sizes.new_tokens / t for t in series] for side, series in times.items()}
             median = {side: statistics.median(series) for side, series in rate.items()}

@@ -188,3 +188,11 @@ def test_profile_script_profiles_the_tuned_model_with_cpu_kernels(monkeypatch, c
     assert exit_.value.code == 0
     out = capsys.readouterr().out
     assert "ours=tuned (CPU kernels on)" in out and out.count("| matmul |") == 1
+
+
+def test_the_tuned_model_settles_its_whole_forward_check_before_timing():
+    pair = bench.build_pair("llama", bench.TINY, cpu_kernels=True)
+    inputs = bench.make_inputs(pair.kind, 2, 8, bench.TINY.vocab, labels=False)
+    bench.settle_tuned(pair, bench.forward_pass(pair.tuned.eval(), inputs, pair.kind))
+    check = pair.kernels.model_check
+    assert check.decided and check.samples.keys() <= check.decided.keys()
