@@ -27,7 +27,7 @@ models compiled, plus the speed-up of compiling ours.
 With ``--cpu-kernels`` a third model takes its turn in every round: ours with
 :func:`hf_vanilla.cpu_kernels.enable_cpu_kernels` (the "tuned" columns), so plain and tuned are compared
 with the reference in the same rounds. Its kernels measure their choices in the warm-up call, and before the
-forward and generate rounds it runs until its whole-forward check has chosen (``settle_tuned``).
+timed rounds it runs until its whole-model check has chosen (``settle_tuned``).
 
 With ``--control`` one more model takes its turn: an identical copy of ours (same code, same weights). Its
 ratio against ours (the "A/A" column) would be 1.00 on a perfect machine; how far it strays is how far
@@ -463,7 +463,7 @@ def throughput_row(name: str, times: dict[str, list[float]], work: float, unit: 
 
 
 def settle_tuned(pair: Pair, run: Callable[[], object]) -> None:
-    """Run the tuned model until its whole-forward check has chosen for every input shape it met (at most a few
+    """Run the tuned model until its whole-model check has chosen for every input shape it met (at most a few
     dozen calls): the rounds then time what a user who calls the model more than a few times gets."""
     if pair.kernels is None:
         return
@@ -505,6 +505,8 @@ def bench_pair(pair: Pair, sizes: Sizes, measures: Sequence[str], repeats: int, 
             model.train()
         # The matmul that stands for the peak takes its turn in the same rounds, under the same load.
         onednn_matmul, torch_matmul = square_matmul(sizes.matmul, "onednn"), square_matmul(sizes.matmul, "torch")
+        if pair.tuned is not None:
+            settle_tuned(pair, train_step(pair.tuned, train_inputs))
         times = alternate({**{side: train_step(model, train_inputs) for side, model in models.items()},
                            "matmul-onednn": onednn_matmul, "matmul-torch": torch_matmul}, repeats)
         row = throughput_row(f"train/{name}", {side: times[side] for side in models},

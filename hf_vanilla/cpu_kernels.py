@@ -26,10 +26,9 @@ aside whenever autograd records. :data:`TUNER` keeps the choices for the process
 
 A kernel that wins alone can still lose inside the model (the other layers' weights pass through the cache
 between two calls; one kernel's threads can leave the next op waiting), so an enabled model also checks
-itself as a whole: for each shape of its inputs, its inference forwards (no autograd) alternate between all
-plain and the per-shape choices until each has :data:`REPEATS` timed calls, and keep the per-shape choices only
-if the whole forward is :data:`MARGIN` faster with them (:class:`ModelCheck`). Training steps rely on the
-per-shape measurement of forward and backward.
+itself as a whole: for each shape of its inputs (and with or without autograd), its calls alternate between
+all plain and the per-shape choices until each has :data:`REPEATS` timed calls -- a forward, or a forward and
+its backward -- and keep the per-shape choices only if they are :data:`MARGIN` faster (:class:`ModelCheck`).
 
 Anything the measurement does not cover takes the plain path unchanged: other dtypes and devices,
 autocast, tensor subclasses, ``torch.compile`` (inductor picks its own kernels), ``torch.jit.trace`` and
@@ -369,7 +368,7 @@ def register_attention() -> None:
 
 @dataclass
 class ModelCheck:
-    """One enabled model's inference forwards, per input shape: all plain against the per-shape choices.
+    """One enabled model's calls, per input shape and autograd mode: all plain against the per-shape choices.
 
     Until both paths have ``repeats`` timed forwards for a key, calls alternate (plain first, so a one-off
     forward pays no measurement); then the per-shape choices stay for that key only if their median is
@@ -406,13 +405,21 @@ def input_key(args: tuple, kwargs: dict) -> Hashable:
 
 
 def attach_model_check(model: nn.Module, check: ModelCheck, tuner: Autotuner) -> list:
-    """Hooks on ``model``'s forward that choose each inference forward's path and time it; returns their handles."""
+    """Hooks on ``model``'s forward that choose each call's path and time it; returns their handles.
+
+    An inference call is timed from the start to the end of its forward; a training call from the start of its
+    forward to the moment its backward has computed every parameter's gradient. A forward whose backward never
+    comes (the next forward starts first) is no sample.
+    """
     running: list[tuple[Hashable, str, int, contextvars.Token, float]] = []
+    awaiting_backward: list = []  # the gradient hook of the last training forward, until its backward runs
 
     def before(module: nn.Module, args: tuple, kwargs: dict) -> None:
-        if torch.is_grad_enabled() or runs_plain_only():
+        if runs_plain_only():
             return
-        key = input_key(args, kwargs)
+        while awaiting_backward:
+            awaiting_backward.pop().remove()
+        key = (input_key(args, kwargs), torch.is_grad_enabled())
         path = check.path(key)
         running.append((key, path, len(tuner.choices), FORCED_PLAIN.set(path == "plain"), time.perf_counter()))
 
@@ -420,10 +427,19 @@ def attach_model_check(model: nn.Module, check: ModelCheck, tuner: Autotuner) ->
         if not running:
             return
         key, path, measured, token, start = running.pop()
-        seconds = time.perf_counter() - start
         FORCED_PLAIN.reset(token)
-        if len(tuner.choices) == measured:
-            check.record(key, path, seconds)
+        if len(tuner.choices) != measured:
+            return  # this call paid for measuring shapes
+        trained = [p for p in module.parameters() if p.requires_grad] if key[1] else []
+        if not trained:
+            check.record(key, path, time.perf_counter() - start)
+            return
+
+        def backward_done(grads) -> None:
+            check.record(key, path, time.perf_counter() - start)
+            awaiting_backward.pop().remove()
+
+        awaiting_backward.append(torch.autograd.graph.register_multi_grad_hook(trained, backward_done, mode="all"))
 
     return [model.register_forward_pre_hook(before, with_kwargs=True),
             model.register_forward_hook(after, with_kwargs=True, always_call=True)]

@@ -519,12 +519,32 @@ def test_a_model_runs_the_path_its_whole_forward_chose(tuned_faster, always_tune
     assert ("per-shape kernels (all plain" if tuned_faster else "all plain (all plain") in report.format()
 
 
-def test_training_forwards_are_not_checked_and_a_failed_forward_resets_the_path(always_tuned):
+@needs_onednn
+def test_training_steps_are_timed_through_their_backward(always_tuned, onednn_calls):
     model = VanillaForCausalLM(tiny_config("decoder"))
     report = enable_cpu_kernels(model)
     ids = torch.randint(3, model.config.vocab_size, (2, 5))
-    model(input_ids=ids, labels=ids).loss.backward()  # autograd records: per-shape measurement only
-    assert report.model_check.samples == {}
+
+    def samples() -> list[int]:
+        (key,) = report.model_check.samples
+        assert key[1] is True  # keyed as a training call
+        return [len(report.model_check.samples[key][path]) for path in ("plain", "tuned")]
+
+    loss = model(input_ids=ids, labels=ids).loss  # plain
+    assert samples() == [0, 0] and onednn_calls == []  # not a sample until its backward has run
+    loss.backward()
+    assert samples() == [1, 0]
+    model(input_ids=ids, labels=ids).loss.backward()  # per-shape kernels, measuring: no sample
+    assert samples() == [1, 0] and onednn_calls
+    model(input_ids=ids, labels=ids)  # per-shape kernels; its backward never comes
+    model(input_ids=ids, labels=ids).loss.backward()  # the next forward dropped it: this one is the tuned sample
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert samples() == [2, 1]
+
+
+def test_a_failed_forward_resets_the_path(always_tuned):
+    model = VanillaForCausalLM(tiny_config("decoder"))
+    enable_cpu_kernels(model)
     with torch.no_grad(), pytest.raises(ValueError, match="outside the vocabulary"):
         model(input_ids=torch.full((1, 3), model.config.vocab_size))  # raises inside a plain-path forward
     assert kernels.FORCED_PLAIN.get() is False
