@@ -404,12 +404,23 @@ def input_key(args: tuple, kwargs: dict) -> Hashable:
     return shapes, torch.get_num_threads()
 
 
+def last_gradient(model: nn.Module) -> nn.Parameter | None:
+    """The trained parameter whose gradient a backward computes last: the input embeddings (the first op of the
+    forward), else the first trained parameter; None when nothing is trained. A hook on it, unlike one waiting
+    for every gradient, holds no gradient alive."""
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    weight = getattr(embeddings, "weight", None)
+    if isinstance(weight, nn.Parameter) and weight.requires_grad:
+        return weight
+    return next((p for p in model.parameters() if p.requires_grad), None)
+
+
 def attach_model_check(model: nn.Module, check: ModelCheck, tuner: Autotuner) -> list:
     """Hooks on ``model``'s forward that choose each call's path and time it; returns their handles.
 
     An inference call is timed from the start to the end of its forward; a training call from the start of its
-    forward to the moment its backward has computed every parameter's gradient. A forward whose backward never
-    comes (the next forward starts first) is no sample.
+    forward until its backward has accumulated the gradient of :func:`last_gradient`. A forward whose backward
+    never comes (the next forward starts first) is no sample.
     """
     running: list[tuple[Hashable, str, int, contextvars.Token, float]] = []
     awaiting_backward: list = []  # the gradient hook of the last training forward, until its backward runs
@@ -430,16 +441,16 @@ def attach_model_check(model: nn.Module, check: ModelCheck, tuner: Autotuner) ->
         FORCED_PLAIN.reset(token)
         if len(tuner.choices) != measured:
             return  # this call paid for measuring shapes
-        trained = [p for p in module.parameters() if p.requires_grad] if key[1] else []
-        if not trained:
+        last = last_gradient(module) if key[1] else None
+        if last is None:
             check.record(key, path, time.perf_counter() - start)
             return
 
-        def backward_done(grads) -> None:
+        def backward_done(parameter: torch.Tensor) -> None:
             check.record(key, path, time.perf_counter() - start)
             awaiting_backward.pop().remove()
 
-        awaiting_backward.append(torch.autograd.graph.register_multi_grad_hook(trained, backward_done, mode="all"))
+        awaiting_backward.append(last.register_post_accumulate_grad_hook(backward_done))
 
     return [model.register_forward_pre_hook(before, with_kwargs=True),
             model.register_forward_hook(after, with_kwargs=True, always_call=True)]

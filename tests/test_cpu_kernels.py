@@ -557,3 +557,15 @@ def test_enabling_twice_checks_once_and_disabling_removes_the_check(always_tuned
     assert len(model._forward_pre_hooks) == 1 and len(model._forward_hooks) == 1
     disable_cpu_kernels(model)
     assert len(model._forward_pre_hooks) == 0 and len(model._forward_hooks) == 0
+
+
+def test_a_training_step_is_timed_to_its_last_gradient_which_holds_no_gradient_alive():
+    """The input embeddings' gradient comes last; a hook on it alone keeps no other gradient waiting (a hook on
+    every parameter's gradient made the tuned training step's peak memory 50-150 MiB larger in the bench)."""
+    model = VanillaForCausalLM(tiny_config("decoder"))
+    assert kernels.last_gradient(model) is model.get_input_embeddings().weight
+    model.get_input_embeddings().weight.requires_grad_(False)  # frozen embeddings (adapters): the first trained one
+    assert kernels.last_gradient(model) is next(p for p in model.parameters() if p.requires_grad)
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    assert kernels.last_gradient(model) is None
