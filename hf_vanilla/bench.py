@@ -393,8 +393,10 @@ def peak_memory_mib(run: Callable[[], object]) -> float:
 
     A fork starts every measurement from the same heap, and whatever the call allocates dies with the
     child, so models measured one after the other do not see each other's leftovers. The child calls
-    ``run()`` once before measuring a second call: one-off set-ups (kernels a library generates for the
-    child's thread count, MKL's and oneDNN's per-thread buffers) belong to the process, not to the call.
+    ``run()`` twice before measuring a third call: one-off set-ups (kernels a library generates for the
+    child's thread count, MKL's and oneDNN's per-thread buffers, and a tuned model's measurements for that
+    thread count, which its whole-model check leaves to its second call) belong to the process, not to the
+    call.
     NaN without fork.
     """
     import torch
@@ -407,7 +409,8 @@ def peak_memory_mib(run: Callable[[], object]) -> float:
         result = "nan"
         try:
             torch.set_num_threads(1)  # OpenMP's thread pool does not survive fork; one thread cannot deadlock
-            _return_freed_memory()  # first, so that the warm-up's blocks leave the RSS when freed
+            _return_freed_memory()  # first, so that the warm-ups' blocks leave the RSS when freed
+            run()
             run()
             start = _start_peak_tracking()
             run()
