@@ -845,6 +845,32 @@ def _native_spec(model: PreTrainedModel) -> tuple[Architecture, Head]:
     return arch, head
 
 
+def _check_computed_positions(vanilla, computed: list, native_state: dict) -> None:
+    """Positions hf_vanilla computes (sinusoid tables) must be the ones the checkpoint holds."""
+    import torch
+
+    for pair in computed:
+        ours, theirs = vanilla.get_buffer(pair.vanilla), native_state[pair.native[0]]
+        tolerance = 2 * torch.finfo(theirs.dtype).eps
+        if ours.shape[0] < theirs.shape[0] or not torch.allclose(
+            ours[: theirs.shape[0]].to(theirs.device, torch.float32), theirs.float(), atol=tolerance, rtol=0
+        ):
+            raise ValueError(f"{pair.native[0]} is not the sinusoid table hf_vanilla computes; it was changed.")
+
+
+def _join_parts(parts: dict, counts: dict) -> dict:
+    """Native tensors assembled from their hf_vanilla parts (concatenated on the last axis), contiguous."""
+    import torch
+
+    state = {}
+    for name, pieces in parts.items():
+        if len(pieces) != counts[name]:
+            raise RuntimeError(f"hf_vanilla.convert: {name} needs {counts[name]} parts, found {len(pieces)}.")
+        joined = torch.cat([pieces[i] for i in sorted(pieces)], dim=-1) if len(pieces) > 1 else pieces[0]
+        state[name] = joined.clone(memory_format=torch.contiguous_format)
+    return state
+
+
 def from_hf(model: PreTrainedModel) -> VanillaPreTrainedModel:
     """The hf_vanilla model computing exactly what ``model`` (a native transformers model) computes.
 
@@ -914,13 +940,7 @@ def from_hf(model: PreTrainedModel) -> VanillaPreTrainedModel:
             f"hf_vanilla tensors without a source {missing}."
         )
     _fill(vanilla, state)
-    for pair in computed:  # positions hf_vanilla computes must be the ones the checkpoint holds
-        ours, theirs = vanilla.get_buffer(pair.vanilla), native_state[pair.native[0]]
-        tolerance = 2 * torch.finfo(theirs.dtype).eps
-        if ours.shape[0] < theirs.shape[0] or not torch.allclose(
-            ours[: theirs.shape[0]].to(theirs.device, torch.float32), theirs.float(), atol=tolerance, rtol=0
-        ):
-            raise ValueError(f"{pair.native[0]} is not the sinusoid table hf_vanilla computes; it was changed.")
+    _check_computed_positions(vanilla, computed, native_state)
 
     if vanilla.can_generate() and getattr(model, "generation_config", None) is not None:
         vanilla.generation_config = copy.deepcopy(model.generation_config)
@@ -936,7 +956,6 @@ def to_hf(model: VanillaPreTrainedModel, model_type: str | None = None) -> PreTr
     native architecture can express the model, ``ValueError`` lists, per candidate, every option without a
     native counterpart (e.g. ``position_embedding_type='alibi'``); dropout differences only warn.
     """
-    import torch
     import transformers
     from transformers.utils import logging
 
@@ -992,12 +1011,7 @@ def to_hf(model: VanillaPreTrainedModel, model_type: str | None = None) -> PreTr
         for name in targets:
             parts.setdefault(name, {})[index] = tensor
             counts[name] = count
-    state = {}
-    for name, pieces in parts.items():
-        if len(pieces) != counts[name]:
-            raise RuntimeError(f"hf_vanilla.convert: {name} needs {counts[name]} parts, found {len(pieces)}.")
-        joined = torch.cat([pieces[i] for i in sorted(pieces)], dim=-1) if len(pieces) > 1 else pieces[0]
-        state[name] = joined.clone(memory_format=torch.contiguous_format)
+    state = _join_parts(parts, counts)
     computed = {name for pair in _pairs(arch, head, config, head_class) if pair.row.computed for name in pair.native}
     unmatched = sorted(set(vanilla_state) - used)
     missing = sorted(wanted - set(state) - computed)

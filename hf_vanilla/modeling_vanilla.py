@@ -703,6 +703,16 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int | None, decoder_s
     return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
+def refuse_decoder_inputs(family: str, **inputs: object) -> None:
+    """An encoder- or decoder-only model takes no decoder inputs: name the ones given."""
+    given = [name for name, value in inputs.items() if value is not None]
+    if given:
+        raise ValueError(
+            f"{', '.join(given)} given to a {family}-only model; only architecture='encoder-decoder' takes "
+            "decoder inputs. Pass input_ids (and attention_mask) instead."
+        )
+
+
 class VanillaModel(VanillaPreTrainedModel):
     """The bare transformer of any family, returning hidden states.
 
@@ -759,13 +769,8 @@ class VanillaModel(VanillaPreTrainedModel):
     ) -> BaseModelOutput | BaseModelOutputWithPast | Seq2SeqModelOutput:
         family = self.config.architecture
         if family != "encoder-decoder":
-            given = [n for n, v in (("decoder_input_ids", decoder_input_ids), ("decoder_inputs_embeds", decoder_inputs_embeds),
-                                    ("encoder_outputs", encoder_outputs)) if v is not None]
-            if given:
-                raise ValueError(
-                    f"{', '.join(given)} given to a {family}-only model; only architecture='encoder-decoder' takes "
-                    "decoder inputs. Pass input_ids (and attention_mask) instead."
-                )
+            refuse_decoder_inputs(family, decoder_input_ids=decoder_input_ids,
+                                  decoder_inputs_embeds=decoder_inputs_embeds, encoder_outputs=encoder_outputs)
         if family == "encoder":  # nothing to cache: `cache` and `use_cache` do not apply
             return self.encoder(
                 input_ids=input_ids,
