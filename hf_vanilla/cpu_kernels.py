@@ -406,8 +406,8 @@ def input_key(args: tuple, kwargs: dict) -> Hashable:
 
 def last_gradient(model: nn.Module) -> nn.Parameter | None:
     """The trained parameter whose gradient a backward computes last: the input embeddings (the first op of the
-    forward), else the first trained parameter; None when nothing is trained. A hook on it, unlike one waiting
-    for every gradient, holds no gradient alive."""
+    forward), else the first trained parameter; None when nothing is trained. One hook on it marks the end of a
+    backward without a hook waiting on every gradient."""
     embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     weight = getattr(embeddings, "weight", None)
     if isinstance(weight, nn.Parameter) and weight.requires_grad:
