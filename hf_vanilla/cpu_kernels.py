@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F  # noqa: N812 -- the usual alias
 from torch import nn
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 ATTENTION_NAME = "hf_vanilla_cpu_sdpa"  # SDPA, except one CPU query token where the inline path measured faster
 MARGIN = 0.05  # the tuned kernel must be this much faster (median) to be chosen
@@ -118,6 +119,13 @@ class Autotuner:
 TUNER = Autotuner()
 #: True while an enabled model's forward runs all plain (its :class:`ModelCheck` chose, or is timing, plain torch).
 FORCED_PLAIN: contextvars.ContextVar[bool] = contextvars.ContextVar("hf_vanilla_cpu_kernels_plain", default=False)
+
+
+def forced_plain() -> bool:
+    """Whether this call belongs to a forward its model check runs all plain: the first thing each kernel asks, so
+    such a forward pays no per-call checks. Never under dynamo (it cannot trace a ``ContextVar``, and a graph takes
+    the portable ops anyway)."""
+    return not torch.compiler.is_compiling() and FORCED_PLAIN.get()
 
 
 def rows_bucket(rows: int) -> int:
@@ -251,7 +259,7 @@ def _linear_candidates(
 
 def tuned_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear``, or the oneDNN product where :data:`TUNER` measured it faster for this shape on this host."""
-    if not onednn_applies(x, weight, bias) or FORCED_PLAIN.get():  # in this order: graph capture never reads the flag
+    if forced_plain() or not onednn_applies(x, weight, bias):
         return F.linear(x, weight, bias)
     backward = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
     rows = x.numel() // x.shape[-1]
@@ -335,13 +343,11 @@ def cpu_sdpa_attention(
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """transformers' SDPA attention, or :func:`single_token_attention` where :data:`TUNER` measured it faster."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    if forced_plain() or not single_token_applies(query, key, value, **kwargs):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
     def plain():
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-
-    if not single_token_applies(query, key, value, **kwargs) or FORCED_PLAIN.get():
-        return plain()
 
     def tuned():
         return single_token_attention(module, query, key, value, attention_mask, **kwargs)

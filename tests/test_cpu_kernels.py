@@ -519,6 +519,35 @@ def test_a_model_runs_the_path_its_whole_forward_chose(tuned_faster, always_tune
     assert ("per-shape kernels (all plain" if tuned_faster else "all plain (all plain") in report.format()
 
 
+def test_a_forward_run_all_plain_skips_the_per_call_checks(always_tuned, monkeypatch):
+    """Where the whole forward chose plain torch, each layer asks one flag and nothing else: the checks are what
+    made such a model slower than a plain one at batch-1 decoding."""
+    asked = []
+    monkeypatch.setattr(kernels, "onednn_applies", lambda *args: asked.append("linear") or True)
+    monkeypatch.setattr(kernels, "single_token_applies", lambda *args, **kwargs: asked.append("attention") or True)
+    x, weight = torch.randn(3, 16), torch.randn(8, 16)
+    query, key = torch.randn(1, 2, 1, 8), torch.randn(1, 2, 5, 8)
+    module = nn.Module()
+    module.is_causal, module.training = False, False
+    token = kernels.FORCED_PLAIN.set(True)
+    try:
+        linear_out = tuned_linear(x, weight)
+        attention_out, _ = kernels.cpu_sdpa_attention(module, query, key, key, None, scaling=0.5)
+    finally:
+        kernels.FORCED_PLAIN.reset(token)
+    assert asked == [] and not always_tuned.choices
+    torch.testing.assert_close(linear_out, F.linear(x, weight), rtol=0, atol=0)
+    expected = F.scaled_dot_product_attention(query, key, key, scale=0.5).transpose(1, 2)
+    torch.testing.assert_close(attention_out, expected, rtol=0, atol=0)
+
+
+def test_an_enabled_model_compiles_without_graph_breaks(always_tuned):
+    """The flag is a ContextVar, which dynamo cannot trace: under capture it must not be read."""
+    layer, x = TunedLinear(16, 8), torch.randn(3, 16)
+    compiled = torch.compile(layer, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(x), F.linear(x, layer.weight, layer.bias))
+
+
 @needs_onednn
 def test_training_steps_are_timed_through_their_backward(always_tuned, onednn_calls):
     model = VanillaForCausalLM(tiny_config("decoder"))
