@@ -108,6 +108,30 @@ def test_sdpa_means_the_registered_sdpa_function_even_for_one_cached_token(famil
     assert calls.count(1) >= 2 * layers  # the single-token decoding steps went through the registered function
 
 
+def module_calls_of_one_decoding_step(model: PreTrainedModel, prompt: torch.Tensor) -> int:
+    """Module calls of one cached single-token forward after ``prompt`` (the prefill is not counted)."""
+    with torch.no_grad():
+        cache = model(input_ids=prompt, use_cache=True).cache
+        calls = []
+        handle = nn.modules.module.register_module_forward_pre_hook(lambda module, args: calls.append(module))
+        try:
+            model(input_ids=prompt[:, -1:], cache=cache, use_cache=True)
+        finally:
+            handle.remove()
+    return len(calls)
+
+
+def test_a_decoding_step_makes_no_more_module_calls_than_llama():
+    """At batch 1 a decoding step is mostly Python, module calls its largest part: ours may make one more than
+    LlamaForCausalLM with the same shape (the bare model that wraps the stack for all three families), no more."""
+    from hf_vanilla import bench
+
+    pair = bench.build_pair("llama", bench.TINY)
+    prompt = torch.randint(0, bench.TINY.vocab, (1, 4), generator=torch.Generator().manual_seed(0))
+    ours = module_calls_of_one_decoding_step(pair.ours.eval(), prompt)
+    assert ours <= module_calls_of_one_decoding_step(pair.reference.eval(), prompt) + 1
+
+
 def test_token_ids_outside_the_vocabulary_are_refused_on_cpu():
     model = tiny_model("decoder")
     with pytest.raises(ValueError, match=r"Token id 97 is outside the vocabulary \[0, 97\)"):
