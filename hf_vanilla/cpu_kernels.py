@@ -343,11 +343,11 @@ def cpu_sdpa_attention(
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """transformers' SDPA attention, or :func:`single_token_attention` where :data:`TUNER` measured it faster."""
-    if forced_plain() or not single_token_applies(query, key, value, **kwargs):
-        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-
     def plain():
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    if forced_plain() or not single_token_applies(query, key, value, **kwargs):
+        return plain()
 
     def tuned():
         return single_token_attention(module, query, key, value, attention_mask, **kwargs)
@@ -445,8 +445,8 @@ def attach_model_check(model: nn.Module, check: ModelCheck, tuner: Autotuner) ->
             return
         key, path, measured, token, start = running.pop()
         FORCED_PLAIN.reset(token)
-        if len(tuner.choices) != measured:
-            return  # this call paid for measuring shapes
+        if key in check.decided or len(tuner.choices) != measured:
+            return  # no sample wanted, or this call paid for measuring shapes
         last = last_gradient(module) if key[1] else None
         if last is None:
             check.record(key, path, time.perf_counter() - start)
