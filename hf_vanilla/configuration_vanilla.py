@@ -248,6 +248,7 @@ class VanillaConfig(PreTrainedConfig):
     def validate_architecture(self):
         """Run by `@strict` after __post_init__ and again before every save."""
         self.check_fields()
+        check_rope_settings(self)
 
     def validate_rope(self):
         """transformers' RoPE checks, only where RoPE is in use (they would reject, e.g., odd head_dim otherwise)."""
@@ -379,9 +380,12 @@ INACTIVE_UNLESS: dict[str, tuple[str, Callable[["VanillaConfig"], bool], Any]] =
 _BASE_ROPE_DEFAULTS = ({"rope_theta": 10000.0, "rope_type": "default"}, {"rope_theta": 10000, "rope_type": "default"})
 
 
-def check_inactive_options(config: "VanillaConfig", rope_scaling: dict | None = None) -> None:
+def check_inactive_options(
+    config: "VanillaConfig", rope_scaling: dict | None = None, names: tuple[str, ...] = tuple(INACTIVE_UNLESS)
+) -> None:
     """Refuse a setting the chosen scheme, norm or family would silently ignore."""
-    for name, (condition, active, default) in INACTIVE_UNLESS.items():
+    for name in names:
+        condition, active, default = INACTIVE_UNLESS[name]
         if active(config):
             continue
         value = getattr(config, name)
@@ -398,6 +402,13 @@ def check_inactive_options(config: "VanillaConfig", rope_scaling: dict | None = 
                 f"position_embedding_type={config.position_embedding_type!r}, norm_type={config.norm_type!r}, "
                 f"architecture={config.architecture!r}); remove it, or choose the setting it belongs to."
             )
+
+
+def check_rope_settings(config: "VanillaConfig") -> None:
+    """RoPE settings given to a config without RoPE after it was built (tools probe ``rope_parameters``, which
+    every config has, and assign it): refused when a model is built from the config or it is saved, as at
+    construction. Other derived options (``num_decoder_layers``) follow their fields and are not checked here."""
+    check_inactive_options(config, names=("rope_parameters",))
 
 
 def flash_refusal(scheme: str, impl: str) -> str:

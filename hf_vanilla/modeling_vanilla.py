@@ -40,7 +40,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .configuration_vanilla import HEAD_FAMILIES, VanillaConfig, flash_refusal
+from .configuration_vanilla import HEAD_FAMILIES, VanillaConfig, check_rope_settings, flash_refusal
 from .positional import (
     NO_POSITIONAL_INPUTS,
     PositionalAttentionInputs,
@@ -408,6 +408,7 @@ class VanillaPreTrainedModel(PreTrainedModel):
             )
         # from_pretrained / from_config set the requested backend on the config before building the model.
         refuse_flash_with_bias(config, config._attn_implementation)
+        check_rope_settings(config)  # a RoPE option assigned after the config was built would be ignored
         super().__init__(config, *args, **kwargs)
 
     def set_attn_implementation(self, attn_implementation: str | dict, allow_all_kernels: bool = False):

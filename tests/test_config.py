@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+from huggingface_hub.errors import StrictDataclassClassValidationError
 from transformers import AutoModelForCausalLM
 
 import hf_vanilla as hv
@@ -169,6 +170,35 @@ def test_rope_settings_are_absent_without_rope_and_older_saves_still_load(tmp_pa
     (tmp_path / "config.json").write_text(json.dumps(saved))
     with pytest.raises(ValueError, match=r"config.json: VanillaConfig.rope_parameters=.* has no effect unless "):
         hv.VanillaConfig.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("family", ["encoder", "decoder", "encoder-decoder"])
+@pytest.mark.parametrize("scheme", ["sinusoidal", "learned", "alibi", "relative", "none"])
+def test_rope_settings_assigned_after_construction_are_refused_where_they_would_be_ignored(family, scheme, tmp_path):
+    """Tools (transformers' RoPE tests among them) assign ``config.rope_parameters`` after building a config, then
+    build a model: without RoPE the model would ignore the setting, so building it (or saving the config) refuses."""
+    config = tiny_config(family, scheme)
+    config.rope_parameters = {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
+    message = r"VanillaConfig.rope_parameters=.*'linear'.* has no effect unless position_embedding_type='rope'"
+    with pytest.raises(ValueError, match=message):
+        HEAD_FOR_FAMILY[family](config)
+    with pytest.raises(ValueError, match=message):
+        hv.VanillaModel(config)
+    with pytest.raises((ValueError, StrictDataclassClassValidationError), match=message):  # strict's save-time check
+        config.save_pretrained(tmp_path)
+    config.rope_parameters = None  # taking it back leaves a config that builds
+    HEAD_FOR_FAMILY[family](config)
+
+
+def test_rope_settings_assigned_after_construction_apply_with_rope():
+    config = tiny_config("decoder", "rope")
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    torch.manual_seed(0)
+    plain = hv.VanillaForCausalLM(config).eval()
+    config.rope_parameters = {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}
+    torch.manual_seed(0)
+    scaled = hv.VanillaForCausalLM(config).eval()
+    assert not torch.allclose(plain(ids).logits, scaled(ids).logits)  # the scaling took effect
 
 
 @pytest.mark.parametrize(
