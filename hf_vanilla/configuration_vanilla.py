@@ -13,6 +13,7 @@ This file travels to the Hub with the model: it imports only transformers and th
 """
 
 import copy
+import math
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -290,13 +291,16 @@ class VanillaConfig(PreTrainedConfig):
             raise ValueError("VanillaConfig.position_offset and type_vocab_size must be >= 0.")
         if self.relative_attention_num_buckets < 2 or self.relative_attention_max_distance < 2:
             raise ValueError("VanillaConfig.relative_attention_num_buckets and _max_distance must be at least 2.")
-        if self.initializer_factor is not None and self.initializer_factor <= 0:
+        if self.initializer_factor is not None and not 0 < self.initializer_factor <= MAX_INIT_SPREAD:
             raise ValueError(
-                f"VanillaConfig.initializer_factor must be positive (1.0 is T5's initialisation) or None (the normal "
-                f"initialisation at initializer_range), got {self.initializer_factor}."
+                f"VanillaConfig.initializer_factor must be in (0, {MAX_INIT_SPREAD:g}] (1.0 is T5's initialisation) or "
+                f"None (the normal initialisation at initializer_range), got {self.initializer_factor}."
             )
-        if self.norm_eps <= 0:
-            raise ValueError(f"VanillaConfig.norm_eps must be positive, got {self.norm_eps}.")
+        check_numbers(self)
+        if self.position_embedding_type == "rope":
+            check_rope_parameters(self.rope_parameters)
+        if self.position_embedding_type == "relative":
+            check_relative_buckets(self)
         for field in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
             value = getattr(self, field)
             for token_id in value if isinstance(value, list) else [value]:
@@ -357,7 +361,74 @@ class VanillaConfig(PreTrainedConfig):
         """
         if name not in PRESETS:
             raise ValueError(f"Unknown preset {name!r}; available: {', '.join(sorted(PRESETS))}.")
-        return cls(**{**copy.deepcopy(PRESETS[name]), **overrides})
+        return cls(**preset_fields(name, overrides))
+
+
+#: Largest initialisation spread accepted: weights drawn wider overflow float32 products within a layer or two.
+MAX_INIT_SPREAD = 1e3
+
+#: Float fields -> (the allowed range in words, its test). NaN and infinities fail every test.
+NUMBER_RANGES: dict[str, tuple[str, Callable[[float], bool]]] = {
+    "norm_eps": ("a finite number > 0", lambda v: 0 < v < math.inf),
+    "attention_scale": ("a finite number > 0, or None for 1/sqrt(head_dim)", lambda v: v is None or 0 < v < math.inf),
+    "lm_head_scale": ("a finite number > 0 (1.0 leaves the hidden states as they are)", lambda v: 0 < v < math.inf),
+    "initializer_range": (f"a number in [0, {MAX_INIT_SPREAD:g}]", lambda v: 0 <= v <= MAX_INIT_SPREAD),
+}
+
+
+def check_numbers(config: "VanillaConfig") -> None:
+    """Values that pass the type check but give NaN, a silent disagreement between backends or a late crash."""
+    for field, (allowed, valid) in NUMBER_RANGES.items():
+        value = getattr(config, field)
+        if not valid(value):
+            raise ValueError(f"VanillaConfig.{field}={value!r} is out of range: it must be {allowed}.")
+
+
+def check_rope_parameters(rope_parameters: dict | None) -> None:
+    """transformers only warns about these; the rotary tables would then be NaN, wrong or the wrong shape."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # imports torch: only for RoPE configs
+
+    def refuse(problem: str) -> None:
+        raise ValueError(f"VanillaConfig.rope_parameters={rope_parameters!r}: {problem}.")
+
+    if not isinstance(rope_parameters, dict):
+        refuse("position_embedding_type='rope' needs a dict such as {'rope_type': 'default', 'rope_theta': 10000.0}")
+    rope_type = rope_parameters.get("rope_type", "default")
+    known = ("default", *ROPE_INIT_FUNCTIONS)
+    if rope_type not in known:
+        refuse(f"rope_type {rope_type!r} is unknown; choose one of {', '.join(map(repr, known))}")
+    for key, value in rope_parameters.items():
+        numbers = value if isinstance(value, list) else [value]
+        if key != "rope_type" and not all(is_finite_number(number) for number in numbers):
+            refuse(f"{key} must be a finite number (or a list of them), got {value!r}")
+    theta = rope_parameters.get("rope_theta")
+    if theta is None or theta <= 0:
+        refuse(f"rope_theta must be a number > 0 (10000.0 is the RoPE paper's), got {theta!r}")
+    if "factor" in rope_parameters and rope_parameters["factor"] < 1:
+        refuse(f"factor must be >= 1 (the factor by which the context is stretched), got {rope_parameters['factor']!r}")
+    if rope_parameters.get("partial_rotary_factor", 1.0) != 1.0:
+        refuse("partial_rotary_factor is not supported: hf_vanilla rotates every channel of a head; remove it")
+
+
+def is_finite_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_relative_buckets(config: "VanillaConfig") -> None:
+    """T5's buckets: half of a stack's buckets are exact, the rest logarithmic up to max_distance, so every stack
+    needs at least one exact bucket and max_distance beyond the exact ones (else a division by zero or a negative
+    bucket index). A bidirectional stack (encoder) splits its buckets between the two directions first."""
+    buckets, max_distance = config.relative_attention_num_buckets, config.relative_attention_max_distance
+    directions = {"encoder": (2,), "decoder": (1,), "encoder-decoder": (2, 1)}[config.architecture]
+    for split in directions:
+        exact = buckets // split // 2
+        if exact < 1 or max_distance <= exact:
+            raise ValueError(
+                f"VanillaConfig.relative_attention_num_buckets={buckets} with relative_attention_max_distance="
+                f"{max_distance} leaves {exact} exact bucket(s) in a {'bidirectional' if split == 2 else 'causal'} "
+                f"stack: it needs at least 1 and max_distance above it. Use num_buckets >= {4 if split == 2 else 2} and "
+                f"max_distance > num_buckets // {2 * split} (T5: 32 and 128)."
+            )
 
 
 #: Options that change nothing unless a condition holds -> (the condition in words, its test, the option's default).
@@ -464,15 +535,28 @@ PRESETS: dict[str, dict[str, Any]] = {
                  pad_token_id=None),
     "llama": dict(_LLAMA, vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                   num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096),
-    # T5 v1.0 as published: the tied output projection reads the last hidden states times d_model**-0.5 (set
-    # lm_head_scale anew when overriding hidden_size; to_hf refuses any other scale).
+    # T5 v1.0 as published: lm_head_scale = d_model**-0.5 comes from PRESET_DERIVED (to_hf refuses any other scale).
     "t5-base": dict(_T5, vocab_size=32128, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
-                    num_attention_heads=12, max_position_embeddings=512, lm_head_scale=768**-0.5),
+                    num_attention_heads=12, max_position_embeddings=512),
     "bart-base": dict(_BART, vocab_size=50265, hidden_size=768, intermediate_size=3072, num_hidden_layers=6,
                       num_attention_heads=12, max_position_embeddings=1024),
     "tiny-transformer": dict(_PAPER, **_TINY),
     "tiny-bert": dict(_BERT, **_TINY),
     "tiny-gpt2": dict(_GPT2, **_TINY),
     "tiny-llama": dict(_LLAMA, **{**_TINY, "num_key_value_heads": 2}),
-    "tiny-t5": dict(_T5, **_TINY, lm_head_scale=_TINY["hidden_size"] ** -0.5),
+    "tiny-t5": dict(_T5, **_TINY),
+}
+
+def preset_fields(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """A preset's fields with ``overrides`` applied; fields derived from others (PRESET_DERIVED) follow them."""
+    fields = {**copy.deepcopy(PRESETS[name]), **overrides}
+    for field, derive in PRESET_DERIVED.get(name, {}).items():
+        if field not in overrides:
+            fields[field] = derive(fields)
+    return fields
+
+
+#: Preset fields computed from the others (after overrides): T5 v1.0's tied head reads the states times d_model**-0.5.
+PRESET_DERIVED: dict[str, dict[str, Callable[[dict[str, Any]], Any]]] = {
+    name: {"lm_head_scale": lambda fields: fields["hidden_size"] ** -0.5} for name in ("t5-base", "tiny-t5")
 }

@@ -23,15 +23,56 @@ from tests.factories import HEAD_FOR_FAMILY, tiny_config
         (dict(hidden_size=30, num_attention_heads=4, head_dim=None), r"hidden_size=30 is not divisible by num_attention_heads=4"),
         (dict(num_attention_heads=4, num_key_value_heads=3), r"num_attention_heads=4 is not divisible by num_key_value_heads=3"),
         (dict(hidden_dropout=1.5), r"hidden_dropout must be in \[0, 1\)"),
-        (dict(initializer_factor=0.0), r"initializer_factor must be positive \(1.0 is T5's initialisation\) or None"),
+        (dict(initializer_factor=0.0), r"initializer_factor must be in \(0, 1000\] \(1.0 is T5's initialisation\) or None"),
         (dict(num_hidden_layers=0), r"num_hidden_layers must be a positive integer"),
         (dict(classifier_pooling="max"), r"classifier_pooling='max'.*'first', 'last', 'mean'"),
         (dict(position_embedding_type="rope", hidden_size=36, num_attention_heads=4, head_dim=9), r"head_dim=9 must be even"),
+        (dict(norm_eps=float("nan")), r"norm_eps=nan is out of range: it must be a finite number > 0"),
+        (dict(attention_scale=float("inf")), r"attention_scale=inf is out of range: it must be a finite number > 0"),
+        (dict(lm_head_scale=0.0), r"lm_head_scale=0.0 is out of range: it must be a finite number > 0"),
+        (dict(initializer_factor=1e30), r"initializer_factor must be in \(0, 1000\]"),
+        (dict(initializer_range=-0.02), r"initializer_range=-0.02 is out of range: it must be a number in \[0, 1000\]"),
+        *[(dict(position_embedding_type="rope", rope_parameters=rope), message) for rope, message in [
+            ({"rope_type": "default", "rope_theta": 0.0}, r"rope_theta must be a number > 0"),
+            ({"rope_type": "default", "rope_theta": -5.0}, r"rope_theta must be a number > 0"),
+            ({"rope_type": "default", "rope_theta": float("nan")}, r"rope_theta must be a finite number"),
+            ({"rope_type": "default", "rope_theta": "10000"}, r"rope_theta must be a finite number"),
+            ({"rope_type": "linear", "rope_theta": 1e4, "factor": 0.0}, r"factor must be >= 1"),
+            ({"rope_type": "bogus", "rope_theta": 1e4}, r"rope_type 'bogus' is unknown; choose one of 'default', 'linear'"),
+            ({"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}, r"partial_rotary_factor is not supported"),
+            ({"rope_type": "default", "rope_theta": 1e4, "extra": {"nested": 1}}, r"extra must be a finite number"),
+        ]],
+        (dict(position_embedding_type="relative", relative_attention_num_buckets=8, relative_attention_max_distance=4),
+         r"num_buckets=8 with relative_attention_max_distance=4 leaves 4 exact bucket\(s\) in a causal stack"),
     ],
 )
 def test_invalid_config_is_refused_at_build_time(overrides, message):
     with pytest.raises(ValueError, match=message):
         tiny_config("decoder", **overrides)
+
+
+@pytest.mark.parametrize("family, buckets, distance", [("encoder", 2, 128), ("encoder", 16, 4), ("encoder-decoder", 8, 4)])
+def test_relative_buckets_that_divide_by_zero_or_index_out_of_range_are_refused(family, buckets, distance):
+    with pytest.raises(ValueError, match=r"exact bucket\(s\) in a (bidirectional|causal) stack: it needs at least 1"):
+        tiny_config(family, "relative", relative_attention_num_buckets=buckets, relative_attention_max_distance=distance)
+
+
+@pytest.mark.parametrize("family", ["encoder", "decoder", "encoder-decoder"])
+def test_smallest_accepted_relative_buckets_give_finite_outputs(family):
+    """The boundary the check draws: one exact bucket and max_distance just above it compute finite values."""
+    buckets, distance = {"encoder": (4, 2), "decoder": (2, 2), "encoder-decoder": (4, 3)}[family]
+    model = HEAD_FOR_FAMILY[family](tiny_config(family, "relative", relative_attention_num_buckets=buckets,
+                                                relative_attention_max_distance=distance)).eval()
+    ids = torch.arange(3, 40)[None]
+    inputs = dict(input_ids=ids, decoder_input_ids=ids) if family == "encoder-decoder" else dict(input_ids=ids)
+    assert torch.isfinite(model(**inputs).logits).all()
+
+
+def test_t5_presets_scale_the_head_by_the_overridden_width():
+    assert hv.VanillaConfig.from_preset("tiny-t5").lm_head_scale == 32**-0.5
+    assert hv.VanillaConfig.from_preset("tiny-t5", hidden_size=64).lm_head_scale == 64**-0.5
+    assert hv.VanillaConfig.from_preset("t5-base").lm_head_scale == 768**-0.5
+    assert hv.VanillaConfig.from_preset("tiny-t5", hidden_size=64, lm_head_scale=1.0).lm_head_scale == 1.0
 
 
 def test_head_that_does_not_fit_family_is_refused_in_config_and_model():

@@ -101,6 +101,10 @@ INVALID = st.sampled_from([
     ("hidden_size", "16"), ("num_hidden_layers", 1.5), ("num_hidden_layers", True), ("tie_word_embeddings", "false"),
     ("norm_eps", "1e-5"), ("hidden_dropout", True), ("pad_token_id", 40), ("eos_token_id", [2, -1]),
     ("bos_token_id", "1"), ("rope_parameters", "default"),
+    # the right type, but NaN, an infinity or a range that gives NaN or a late crash
+    ("norm_eps", float("nan")), ("norm_eps", float("inf")), ("attention_scale", float("nan")),
+    ("attention_scale", float("inf")), ("lm_head_scale", float("nan")), ("lm_head_scale", 0.0),
+    ("initializer_factor", 1e30), ("initializer_range", float("nan")), ("initializer_range", -0.1),
 ])
 
 

@@ -192,24 +192,26 @@ def build_model(task: Task, tokenizer, raw, opts: TrainOptions):
 
 def build_config(task: Task, tokenizer, raw, opts: TrainOptions):
     """Size preset, the task's family, vocabulary and special tokens from the tokenizer, then overrides."""
-    from ..configuration_vanilla import PRESETS, VanillaConfig
+    from ..configuration_vanilla import PRESETS, VanillaConfig, preset_fields
 
     if opts.preset not in SIZE_PRESETS and opts.preset not in PRESETS:
         raise ValueError(f"unknown preset {opts.preset!r}; choose one of {sorted({*SIZE_PRESETS, *PRESETS})}")
-    fields: dict[str, Any] = dict(SIZE_PRESETS.get(opts.preset) or PRESETS[opts.preset])
-    fields.update(
+    preset = dict(SIZE_PRESETS.get(opts.preset) or PRESETS[opts.preset])
+    fields: dict[str, Any] = dict(
         architecture=task.family,
         vocab_size=len(tokenizer),
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id,
         eos_token_id=tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id,
-        max_position_embeddings=max(task.max_positions(opts), fields.get("max_position_embeddings", 0), 512),
+        max_position_embeddings=max(task.max_positions(opts), preset.get("max_position_embeddings", 0), 512),
         **task.config_fields(tokenizer, raw),
     )
     if opts.dropout is not None:
         fields["hidden_dropout"] = opts.dropout
     fields.update(opts.config)
-    return VanillaConfig(**fields)
+    if opts.preset in SIZE_PRESETS:
+        return VanillaConfig(**{**preset, **fields})
+    return VanillaConfig(**preset_fields(opts.preset, fields))
 
 
 def prepare_output_dir(run_dir: Path, opts: TrainOptions, undo: contextlib.ExitStack) -> Path | None:
