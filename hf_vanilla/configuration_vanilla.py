@@ -30,6 +30,10 @@ NORM_POSITIONS = ("pre", "post")
 NORM_TYPES = ("layernorm", "rmsnorm")
 SINUSOIDAL_LAYOUTS = ("interleaved", "concatenated")
 CLASSIFIER_POOLINGS = ("first", "last", "mean", "eos")
+#: Schemes that add a vector to the token embeddings (the others act inside attention).
+ADDITIVE_POSITION_TYPES = ("sinusoidal", "learned")
+#: Plans transformers reads from a config's class; hf_vanilla derives them from the fields (see parallel plans below).
+_DERIVED_PLANS = ("base_model_tp_plan", "base_model_pp_plan")
 
 # Keyword arguments transformers itself passes to a config besides its fields (loading, legacy, runtime): kept
 # without comment. Any other unknown key is kept too (as PreTrainedConfig does), and named once in the log.
@@ -205,6 +209,7 @@ class VanillaConfig(PreTrainedConfig):
     native_config_extras: dict | None = None
 
     def __post_init__(self, **kwargs):
+        ignore_saved_plans(kwargs)
         loaded_type = kwargs.get("model_type", self.model_type)
         if loaded_type != self.model_type:
             raise ValueError(
@@ -345,6 +350,25 @@ class VanillaConfig(PreTrainedConfig):
             raise ValueError(f"{pretrained_model_name_or_path}/config.json: {error}") from error
 
     @property
+    def base_model_tp_plan(self) -> dict[str, str]:
+        """transformers' tensor-parallel plan for :class:`VanillaModel`'s modules, read by ``from_pretrained(...,
+        tp_plan="auto")``; derived from the fields each time, so it always fits the config (and is never saved)."""
+        return tensor_parallel_plan(self)
+
+    @base_model_tp_plan.setter
+    def base_model_tp_plan(self, plan: Any) -> None:
+        refuse_plan_assignment("base_model_tp_plan")
+
+    @property
+    def base_model_pp_plan(self) -> dict[str, tuple[list[str], list[str]]] | None:
+        """The pipeline-parallel plan (module -> its inputs and outputs), where splitting the layers is exact."""
+        return pipeline_parallel_plan(self)
+
+    @base_model_pp_plan.setter
+    def base_model_pp_plan(self, plan: Any) -> None:
+        refuse_plan_assignment("base_model_pp_plan")
+
+    @property
     def encoder_layers(self) -> int:
         return self.num_hidden_layers
 
@@ -435,7 +459,7 @@ def check_relative_buckets(config: "VanillaConfig") -> None:
 #: A setting that would be ignored is refused rather than silently dropped.
 INACTIVE_UNLESS: dict[str, tuple[str, Callable[["VanillaConfig"], bool], Any]] = {
     "position_offset": ("position_embedding_type is 'sinusoidal' or 'learned'",
-                        lambda c: c.position_embedding_type in ("sinusoidal", "learned"), 0),
+                        lambda c: c.position_embedding_type in ADDITIVE_POSITION_TYPES, 0),
     "sinusoidal_layout": ("position_embedding_type='sinusoidal'",
                           lambda c: c.position_embedding_type == "sinusoidal", "interleaved"),
     "relative_attention_num_buckets": ("position_embedding_type='relative'",
@@ -487,6 +511,83 @@ def flash_refusal(scheme: str, impl: str) -> str:
         f"attn_implementation={impl!r} cannot be used with position_embedding_type={scheme!r}: FlashAttention "
         "kernels take no additive attention bias, which this scheme needs. Use attn_implementation='sdpa', "
         "'flex_attention' or 'eager', or a scheme without a bias ('rope', 'sinusoidal', 'learned', 'none')."
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Parallelism plans: which modules of VanillaModel each rank shards (tensor) or holds (pipeline)
+
+
+def attention_tp_plan(prefix: str) -> dict[str, str]:
+    """Megatron's split of one attention: q, k, v by heads (columns), the output projection by rows (one all-reduce)."""
+    return {f"{prefix}.{name}_proj": "colwise" for name in "qkv"} | {f"{prefix}.o_proj": "rowwise"}
+
+
+def tensor_parallel_plan(config: "VanillaConfig") -> dict[str, str]:
+    """``base_model_tp_plan``: module names of :class:`VanillaModel` -> transformers' parallel styles.
+
+    Every rank computes the same result as one process, up to the order of the row-wise sums:
+    * attention heads are split across ranks (q, k, v column-wise, o row-wise); the ranks must divide
+      ``num_key_value_heads``. A single key/value head (multi-query) cannot be split: its attention stays whole.
+    * T5's relative bias holds one column per head: each rank keeps its heads' columns. ALiBi's slopes are not
+      weights a plan can shard, so with ALiBi self-attention stays whole on every rank (cross-attention is split).
+    * the feed-forward network (gate and up column-wise, down row-wise).
+    transformers adds the token embedding (split by vocabulary) and the heads add their output projection.
+    """
+    stacks = {"encoder": ("encoder",), "decoder": ("decoder",), "encoder-decoder": ("encoder", "decoder")}
+    split_heads = config.num_key_value_heads > 1
+    plan: dict[str, str] = {}
+    for stack in stacks[config.architecture]:
+        layers = f"{stack}.layers.*"
+        if split_heads and config.position_embedding_type != "alibi":
+            plan |= attention_tp_plan(f"{layers}.self_attn")
+            if config.position_embedding_type == "relative":  # (buckets, heads): the columns of this rank's heads
+                bias = f"{stack}.positions.relative_attention_bias"
+                plan |= {f"{bias}.weight": "embedding_colwise", bias: "local_params"}
+        if split_heads and stack == "decoder" and config.is_encoder_decoder:
+            plan |= attention_tp_plan(f"{layers}.cross_attn")
+        if config.gated_ffn:
+            plan[f"{layers}.mlp.gate_proj"] = "colwise"
+        plan |= {f"{layers}.mlp.up_proj": "colwise", f"{layers}.mlp.down_proj": "rowwise"}
+    return plan
+
+
+def pipeline_parallel_plan(config: "VanillaConfig") -> dict[str, tuple[list[str], list[str]]] | None:
+    """``base_model_pp_plan``: the embedding, the one list of layers and the final norm, in order, each with its
+    inputs and outputs -- where a later stage may start from hidden states given as ``inputs_embeds``.
+
+    None (no plan) for an encoder-decoder (two lists of layers) and for a stack that adds positions, token types
+    or a norm to its input embeddings: those would be added again to the hidden states a stage receives.
+    """
+    adds_to_embeddings = (
+        config.position_embedding_type in ADDITIVE_POSITION_TYPES or config.embedding_norm or config.type_vocab_size
+    )
+    if config.is_encoder_decoder or adds_to_embeddings:
+        return None
+    stack = "decoder" if config.is_decoder else "encoder"
+    plan = {
+        "embed_tokens": (["input_ids"], ["inputs_embeds"]),
+        f"{stack}.layers": (["hidden_states", "attention_mask"], ["hidden_states"]),
+    }
+    if config.final_norm:
+        plan[f"{stack}.final_norm"] = (["hidden_states"], ["hidden_states"])
+    return plan
+
+
+def ignore_saved_plans(kwargs: dict[str, Any]) -> None:
+    """A plan found in a config.json is dropped: the plans follow the fields, and a saved one could be stale."""
+    saved = [name for name in _DERIVED_PLANS if kwargs.pop(name, None) is not None]
+    if saved:
+        logger.warning_once(
+            f"VanillaConfig ignores {saved} from config.json: hf_vanilla derives them from the other fields. For "
+            "another plan pass it at load time: from_pretrained(..., distributed_config=DistributedConfig(tp_plan={...}))."
+        )
+
+
+def refuse_plan_assignment(name: str) -> None:
+    raise ValueError(
+        f"VanillaConfig.{name} is derived from the fields (architecture, heads, FFN, positions) and cannot be set. "
+        "For another tensor-parallel plan pass from_pretrained(..., distributed_config=DistributedConfig(tp_plan={...}))."
     )
 
 

@@ -361,7 +361,9 @@ class VanillaTokenEmbedding(nn.Embedding):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         if input_ids.device.type == "cpu" and not torch.compiler.is_compiling() and input_ids.numel():
             # Free on CPU (no device sync); on accelerators the embedding kernel's own bounds check reports it.
-            low, high = torch.stack(torch.aminmax(input_ids)).tolist()
+            # Under tensor parallelism the ids come as a replicated DTensor: every rank holds them all.
+            ids = input_ids.to_local() if hasattr(input_ids, "to_local") else input_ids
+            low, high = torch.stack(torch.aminmax(ids)).tolist()
             if low < 0 or high >= self.num_embeddings:
                 raise ValueError(
                     f"Token id {low if low < 0 else high} is outside the vocabulary [0, {self.num_embeddings}). "
@@ -560,6 +562,12 @@ class VanillaStack(VanillaPreTrainedModel):
         self.final_norm = build_norm(config) if config.final_norm else None
         self.gradient_checkpointing = False
         self.post_init()
+
+    def init_parallel_plans(self) -> None:
+        # The config's plans name VanillaModel's modules ("decoder.layers.*"): a stack is a part of that base model,
+        # not a base model of its own, so it contributes none of them (VanillaModel would prefix them again).
+        super().init_parallel_plans()
+        self._tp_plan, self._pp_plan = {}, {}
 
     def get_input_embeddings(self) -> VanillaTokenEmbedding:
         return self._token_embedding[0]
@@ -844,6 +852,9 @@ class VanillaLMHeadMixin:
     """The output projection (tied to the token embeddings by default) with BERT's optional transform."""
 
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+    # Split by vocabulary like the token embedding transformers shards (so a tied head stays one matrix), then gathered.
+    _tp_plan = {"lm_head": "colwise_gather_output"}
+    _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
 
     def _build_lm_head(self, config: VanillaConfig) -> None:
         self.lm_head_transform = (
