@@ -356,7 +356,8 @@ class VanillaTokenEmbedding(nn.Embedding):
 
     def __init__(self, config: VanillaConfig):
         super().__init__(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
-        self.scale = math.sqrt(config.hidden_size) if config.scale_embedding else 1.0
+        # Named as transformers' scaled embeddings name it: engines that replace the embedding (vLLM) keep the factor.
+        self.embed_scale = math.sqrt(config.hidden_size) if config.scale_embedding else None
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         if input_ids.device.type == "cpu" and not torch.compiler.is_compiling() and input_ids.numel():
@@ -369,7 +370,7 @@ class VanillaTokenEmbedding(nn.Embedding):
                     "with model.resize_token_embeddings(len(tokenizer))."
                 )
         embeddings = super().forward(input_ids)
-        return embeddings * self.scale if self.scale != 1.0 else embeddings  # no pass (and no backward) for x1
+        return embeddings * self.embed_scale if self.embed_scale is not None else embeddings
 
 
 def check_input_shape(input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, what: str) -> None:
@@ -430,7 +431,7 @@ class VanillaPreTrainedModel(PreTrainedModel):
             reset_positional_buffers(module)
         if self.config.initializer_factor is not None:  # also here: resize_token_embeddings inits new modules only so
             init_like_t5(module, self.config)
-        elif isinstance(module, VanillaTokenEmbedding) and module.scale != 1.0:
+        elif isinstance(module, VanillaTokenEmbedding) and module.embed_scale is not None:
             # The paper's reference code (tensor2tensor, fairseq): N(0, d^-1/2), so the sqrt(d)-scaled embeddings
             # have unit variance, as the sinusoids added to them do (std 0.02 leaves tokens swamped by positions).
             init_embedding(module, std=module.embedding_dim**-0.5)
@@ -530,8 +531,10 @@ def reset_positional_buffers(scheme: PositionalScheme) -> None:
 class VanillaStack(VanillaPreTrainedModel):
     """Embeddings, positions and a stack of blocks. Subclasses fix the direction (bidirectional or causal).
 
-    The token embedding belongs to :class:`VanillaModel` (the encoder and decoder share one matrix,
-    stored once); a stack borrows it, kept out of its own parameters so nothing is registered twice.
+    Built from the config alone (``VanillaDecoder(config)``), as engines that wrap the class ``get_decoder()``
+    returns build it (vLLM's compile decorator accepts no other positional argument); a stack built alone owns
+    its token embedding. :class:`VanillaModel` lends its own instead (the encoder and decoder share one matrix,
+    stored once): a borrowed embedding is kept out of the stack's parameters so nothing is registered twice.
     """
 
     is_causal = False
@@ -539,12 +542,14 @@ class VanillaStack(VanillaPreTrainedModel):
     def __init__(
         self,
         config: VanillaConfig,
-        token_embedding: VanillaTokenEmbedding,
-        num_layers: int,
-        has_cross_attention: bool = False,
+        *,
+        token_embedding: VanillaTokenEmbedding | None = None,
+        num_layers: int | None = None,
     ):
         super().__init__(config)
-        self.has_cross_attention = has_cross_attention
+        self.has_cross_attention = self.is_causal and config.is_encoder_decoder
+        if token_embedding is None:
+            self.embed_tokens = token_embedding = VanillaTokenEmbedding(config)
         self._token_embedding = (token_embedding,)
         self.token_type_embeddings = (
             nn.Embedding(config.type_vocab_size, config.hidden_size) if config.type_vocab_size else None
@@ -552,18 +557,25 @@ class VanillaStack(VanillaPreTrainedModel):
         self.positions = build_positional_scheme(config, causal=self.is_causal)
         self.embedding_norm = build_norm(config) if config.embedding_norm else None
         self.dropout = nn.Dropout(config.hidden_dropout)
+        depth = num_layers if num_layers is not None else self.default_depth(config)
         self.layers = nn.ModuleList(
             VanillaBlock(config, i, is_causal=self.is_causal, has_cross_attention=self.has_cross_attention)
-            for i in range(num_layers)
+            for i in range(depth)
         )
         self.final_norm = build_norm(config) if config.final_norm else None
         self.gradient_checkpointing = False
         self.post_init()
 
+    @staticmethod
+    def default_depth(config: VanillaConfig) -> int:
+        return config.num_hidden_layers
+
     def get_input_embeddings(self) -> VanillaTokenEmbedding:
         return self._token_embedding[0]
 
     def set_input_embeddings(self, embedding: VanillaTokenEmbedding) -> None:
+        if "embed_tokens" in self._modules:  # owned, not borrowed: the module holds it
+            self.embed_tokens = embedding
         self._token_embedding = (embedding,)
 
     def embed(
@@ -629,6 +641,10 @@ class VanillaDecoder(VanillaStack):
         "attentions": OutputRecorder(VanillaAttention, index=1, layer_name="self_attn"),
         "cross_attentions": OutputRecorder(VanillaAttention, index=1, layer_name="cross_attn"),
     }
+
+    @staticmethod
+    def default_depth(config: VanillaConfig) -> int:
+        return config.num_decoder_layers if config.is_encoder_decoder else config.num_hidden_layers
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @merge_with_config_defaults
@@ -728,13 +744,10 @@ class VanillaModel(VanillaPreTrainedModel):
         super().__init__(config)
         self.embed_tokens = VanillaTokenEmbedding(config)
         family = config.architecture
-        self.encoder = VanillaEncoder(config, self.embed_tokens, config.num_hidden_layers) if family != "decoder" else None
-        decoder_depth = config.num_decoder_layers if family == "encoder-decoder" else config.num_hidden_layers
-        self.decoder = (
-            VanillaDecoder(config, self.embed_tokens, decoder_depth, has_cross_attention=config.is_encoder_decoder)
-            if family != "encoder"
-            else None
-        )
+        # Keyword arguments only: an engine may wrap the stack classes in a constructor that refuses any other
+        # positional argument than the config.
+        self.encoder = VanillaEncoder(config, token_embedding=self.embed_tokens) if family != "decoder" else None
+        self.decoder = VanillaDecoder(config, token_embedding=self.embed_tokens) if family != "encoder" else None
         self.post_init()
 
     def get_input_embeddings(self) -> VanillaTokenEmbedding:
