@@ -58,19 +58,22 @@ from .positional import (
 class VanillaRMSNorm(nn.Module):
     """Root-mean-square norm (Zhang & Sennrich): no centring, no bias.
 
-    Rounds where Llama's and T5's norms do: normalised in float32, cast back to the input's dtype, then scaled by
-    the weight, so a converted checkpoint computes the same bfloat16 numbers as its source.
+    Written as LlamaRMSNorm is, and rounding where it (and T5's) does: normalised in float32, cast back to the
+    input's dtype, then scaled by the weight, so a converted checkpoint computes the same bfloat16 numbers as its
+    source. vLLM recognises this dataflow (x * rsqrt(mean(x^2) + eps), times the weight) and runs its fused kernel.
     """
 
-    def __init__(self, hidden_size: int, eps: float):
+    def __init__(self, hidden_size: int, eps: float = 1e-6):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.eps = eps
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        # torch's fused kernel normalises in one pass instead of four element-wise ones (x^2, mean, rsqrt, product).
-        normalized = nn.functional.rms_norm(hidden_states.float(), self.weight.shape, None, self.eps)
-        return self.weight * normalized.to(hidden_states.dtype)
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.eps)
+        return self.weight * hidden_states.to(input_dtype)
 
 
 class VanillaLayerNorm(nn.LayerNorm):
@@ -115,26 +118,40 @@ def build_activation(name: str) -> nn.Module:
 
 
 class VanillaFeedForward(nn.Module):
-    """FFN(x) = act(x W_up) W_down (the paper), or act(x W_gate) * (x W_up) W_down (GLU variants)."""
+    """FFN(x) = act(x W_up) W_down: the paper's position-wise network."""
+
+    gated = False
 
     def __init__(self, config: VanillaConfig):
         super().__init__()
         width, hidden = config.intermediate_size, config.hidden_size
-        self.gate_proj = nn.Linear(hidden, width, bias=config.mlp_bias) if config.gated_ffn else None
+        self.gate_proj = nn.Linear(hidden, width, bias=config.mlp_bias) if self.gated else None
         self.up_proj = nn.Linear(hidden, width, bias=config.mlp_bias)
         self.down_proj = nn.Linear(width, hidden, bias=config.mlp_bias)
         self.act_fn = build_activation(config.hidden_act)
         self.dropout = nn.Dropout(config.activation_dropout)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        if self.gate_proj is None:
-            inner = self.act_fn(self.up_proj(hidden_states))
-        else:
-            inner = self.act_fn(self.gate_proj(hidden_states))
-            up = self.up_proj(hidden_states)
-            # Without autograd nothing reads the activation again: multiply in place, one (tokens, d_ff) tensor fewer.
-            inner = inner * up if torch.is_grad_enabled() else inner.mul_(up)
-        return self.down_proj(active_dropout(self.dropout, inner))
+        return self.down_proj(active_dropout(self.dropout, self.act_fn(self.up_proj(hidden_states))))
+
+
+class VanillaGatedFeedForward(VanillaFeedForward):
+    """FFN(x) = (act(x W_gate) * x W_up) W_down: the GLU variants (SwiGLU with silu, GEGLU with gelu).
+
+    The product is written as LlamaMLP writes it, ``act_fn(gate_proj(x)) * up_proj(x)`` in one expression: vLLM
+    recognises that dataflow and source and runs gate and up as one product with a fused activation-and-multiply.
+    """
+
+    gated = True
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(
+            active_dropout(self.dropout, self.act_fn(self.gate_proj(hidden_states)) * self.up_proj(hidden_states))
+        )
+
+
+def build_feed_forward(config: VanillaConfig) -> VanillaFeedForward:
+    return VanillaGatedFeedForward(config) if config.gated_ffn else VanillaFeedForward(config)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -315,7 +332,7 @@ class VanillaBlock(GradientCheckpointingLayer):
             self.cross_attn_step = ResidualStep(config)
         else:
             self.cross_attn = self.cross_attn_step = None
-        self.mlp = VanillaFeedForward(config)
+        self.mlp = build_feed_forward(config)
         self.mlp_step = ResidualStep(config)
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
