@@ -40,7 +40,14 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .configuration_vanilla import HEAD_FAMILIES, VanillaConfig, flash_refusal
+from .configuration_vanilla import (
+    ATTENTION_TAKING_BIAS,
+    BIAS_SCHEMES,
+    HEAD_FAMILIES,
+    VanillaConfig,
+    auto_map_for,
+    refuse_attention_dropping_bias,
+)
 from .positional import (
     NO_POSITIONAL_INPUTS,
     PositionalAttentionInputs,
@@ -276,6 +283,9 @@ class VanillaAttention(nn.Module):
         implementation = self.config._attn_implementation
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
         if positional.bias is not None:
+            # Also here, at the cost of a set lookup: an engine may set config._attn_implementation after init.
+            if attention_interface not in ATTENTION_TAKING_BIAS:
+                refuse_attention_dropping_bias(self.config, implementation, attention_interface)
             kwargs["position_bias"] = positional.bias
         output, weights = attention_interface(
             self,
@@ -425,12 +435,19 @@ class VanillaPreTrainedModel(PreTrainedModel):
                 f"{' or '.join(map(repr, family_heads))}. Build the config with a matching `architecture`."
             )
         # from_pretrained / from_config set the requested backend on the config before building the model.
-        refuse_flash_with_bias(config, config._attn_implementation)
+        refuse_attention_dropping_bias(config, config._attn_implementation)
         super().__init__(config, *args, **kwargs)
+
+    def save_pretrained(self, *args, **kwargs) -> None:
+        if type(self)._auto_class is not None:  # saved with its code: every Auto class that fits the family loads
+            # it, not only this class's (engines build the bare model: AutoModel); entries already there are kept
+            known = getattr(self.config, "auto_map", None) or {}
+            self.config.auto_map = {**auto_map_for(self.config.architecture), **known}
+        super().save_pretrained(*args, **kwargs)
 
     def set_attn_implementation(self, attn_implementation: str | dict, allow_all_kernels: bool = False):
         requested = attn_implementation.get("") if isinstance(attn_implementation, dict) else attn_implementation
-        refuse_flash_with_bias(self.config, requested)
+        refuse_attention_dropping_bias(self.config, requested)
         return super().set_attn_implementation(attn_implementation, allow_all_kernels=allow_all_kernels)
 
     @torch.no_grad()
@@ -495,14 +512,6 @@ def init_like_t5(module: nn.Module, config: VanillaConfig) -> None:
         init.normal_(module.score.weight, std=factor)
 
 
-def refuse_flash_with_bias(config: VanillaConfig, implementation: str | None) -> None:
-    """FlashAttention takes no additive bias: say so before transformers looks for the kernel (the scheme, not the
-    install, is the obstacle)."""
-    scheme = config.position_embedding_type
-    if implementation and "flash" in implementation and scheme in ("alibi", "relative"):
-        raise ValueError(flash_refusal(scheme, implementation))
-
-
 def refuse_flex_generation_on_cpu(config: VanillaConfig, device: torch.device, model_kwargs: dict) -> None:
     """torch 2.13's inductor emits CPU flex kernels that do not compile (``'cur_kvSplitSize0' was not declared``)
     once generation recompiles them for growing lengths while score_mod/mask_mod read a captured tensor of that
@@ -512,8 +521,8 @@ def refuse_flex_generation_on_cpu(config: VanillaConfig, device: torch.device, m
     masks = {key: model_kwargs.get(key) for key in ("attention_mask", "decoder_attention_mask")}
     padded = [key for key, mask in masks.items() if mask is not None and mask.dim() == 2 and not bool(mask.all())]
     scheme = config.position_embedding_type
-    if scheme in ("alibi", "relative") or padded:
-        reason = f"the {scheme} attention bias" if scheme in ("alibi", "relative") else f"a padded {padded[0]}"
+    if scheme in BIAS_SCHEMES or padded:
+        reason = f"the {scheme} attention bias" if scheme in BIAS_SCHEMES else f"a padded {padded[0]}"
         raise ValueError(
             f"generate() with attn_implementation='flex_attention' on CPU cannot use {reason}: torch's inductor "
             "fails to compile the CPU flex kernel for a captured bias or padding mask once generation changes the "
