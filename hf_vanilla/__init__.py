@@ -38,33 +38,17 @@ def register() -> None:
     Local registration makes AutoModel* find the classes; ``register_for_auto_class`` makes every
     ``save_pretrained`` write ``auto_map`` and copy the code, so ``trust_remote_code=True`` loads it elsewhere.
     """
-    from transformers import (
-        AutoConfig,
-        AutoModel,
-        AutoModelForCausalLM,
-        AutoModelForMaskedLM,
-        AutoModelForQuestionAnswering,
-        AutoModelForSeq2SeqLM,
-        AutoModelForSequenceClassification,
-        AutoModelForTokenClassification,
-    )
+    import transformers
 
-    from . import modeling_vanilla as mv
-    from .configuration_vanilla import VanillaConfig
+    from . import modeling_vanilla
+    from .configuration_vanilla import AUTO_CLASSES, VanillaConfig
 
-    AutoConfig.register(VanillaConfig.model_type, VanillaConfig, exist_ok=True)
+    transformers.AutoConfig.register(VanillaConfig.model_type, VanillaConfig, exist_ok=True)
     VanillaConfig.register_for_auto_class()
-    for auto, model in (
-        (AutoModel, mv.VanillaModel),
-        (AutoModelForCausalLM, mv.VanillaForCausalLM),
-        (AutoModelForMaskedLM, mv.VanillaForMaskedLM),
-        (AutoModelForSeq2SeqLM, mv.VanillaForSeq2SeqLM),
-        (AutoModelForSequenceClassification, mv.VanillaForSequenceClassification),
-        (AutoModelForTokenClassification, mv.VanillaForTokenClassification),
-        (AutoModelForQuestionAnswering, mv.VanillaForQuestionAnswering),
-    ):
-        auto.register(VanillaConfig, model, exist_ok=True)
-        model.register_for_auto_class(auto.__name__)
+    for name, auto_name in AUTO_CLASSES.items():
+        model = getattr(modeling_vanilla, name)
+        getattr(transformers, auto_name).register(VanillaConfig, model, exist_ok=True)
+        model.register_for_auto_class(auto_name)
     _register_peft_defaults(VanillaConfig.model_type)
 
 

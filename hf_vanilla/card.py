@@ -315,10 +315,20 @@ def build_model_card(
     return ModelCard.from_template(data, template_str=_template_text(template_path), **context)
 
 
+def saved_auto_class(config: Mapping[str, Any]) -> str:
+    """The Auto class that loads the saved class (``architectures``) by its ``auto_map`` entry, which also names
+    the other Auto classes that fit the family; without ``architectures``, the first entry past AutoConfig."""
+    auto_map = config.get("auto_map") or {}
+    saved = set(config.get("architectures") or [])
+    named = [key for key, ref in auto_map.items() if isinstance(ref, str) and ref.rsplit(".", 1)[-1] in saved]
+    others = [key for key in auto_map if key != "AutoConfig"]
+    return next(iter(named + others), "AutoModel")
+
+
 def build_saved_model_card(config: Mapping[str, Any], model_id: str) -> ModelCard:
     """The card of a model saved without a training run (no run.json / metrics.json): the same template, with
     the architecture from ``config`` (a ``config.json`` dict with ``auto_map``) and the loading snippet only."""
-    auto = next((key for key in config.get("auto_map") or {} if key != "AutoConfig"), "AutoModel")
+    auto = saved_auto_class(config)
     family = config.get("architecture")
     data = ModelCardData(
         library_name="transformers",

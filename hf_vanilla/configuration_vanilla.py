@@ -13,6 +13,7 @@ This file travels to the Hub with the model: it imports only transformers and th
 """
 
 import copy
+import inspect
 import math
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -20,6 +21,7 @@ from typing import Any, ClassVar
 from huggingface_hub.dataclasses import StrictDataclassFieldValidationError, strict
 from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import logging
 
 logger = logging.get_logger(__name__)
@@ -34,6 +36,8 @@ CLASSIFIER_POOLINGS = ("first", "last", "mean", "eos")
 ADDITIVE_POSITION_TYPES = ("sinusoidal", "learned")
 #: Plans transformers reads from a config's class; hf_vanilla derives them from the fields (see parallel plans below).
 _DERIVED_PLANS = ("base_model_tp_plan", "base_model_pp_plan")
+#: Schemes that add a bias to the attention scores (``uses_attention_bias`` of their class in positional.py).
+BIAS_SCHEMES = ("alibi", "relative")
 
 # Keyword arguments transformers itself passes to a config besides its fields (loading, legacy, runtime): kept
 # without comment. Any other unknown key is kept too (as PreTrainedConfig does), and named once in the log.
@@ -62,6 +66,33 @@ HEAD_FAMILIES: dict[str, tuple[str, ...]] = {
     "VanillaForTokenClassification": ("encoder", "decoder"),
     "VanillaForQuestionAnswering": ("encoder", "decoder"),
 }
+
+
+#: The Auto class that loads each model class: ``hf_vanilla.register`` registers them so, and a saved config's
+#: ``auto_map`` names every one that fits its family (:func:`auto_map_for`).
+AUTO_CLASSES: dict[str, str] = {
+    "VanillaModel": "AutoModel",
+    "VanillaForCausalLM": "AutoModelForCausalLM",
+    "VanillaForMaskedLM": "AutoModelForMaskedLM",
+    "VanillaForSeq2SeqLM": "AutoModelForSeq2SeqLM",
+    "VanillaForSequenceClassification": "AutoModelForSequenceClassification",
+    "VanillaForTokenClassification": "AutoModelForTokenClassification",
+    "VanillaForQuestionAnswering": "AutoModelForQuestionAnswering",
+}
+
+
+def auto_map_for(architecture: str) -> dict[str, str]:
+    """``auto_map`` entries that load a saved model of this family through every Auto class that fits it.
+
+    transformers writes only the saved class's own entry; engines build the bare model instead
+    (``AutoModel.from_config``: vLLM), and a causal-LM folder should load as a sequence classifier too.
+    The names are the files that travel with the checkpoint.
+    """
+    entries = {"AutoConfig": "configuration_vanilla.VanillaConfig"}
+    for name, families in HEAD_FAMILIES.items():
+        if architecture in families:
+            entries[AUTO_CLASSES[name]] = f"modeling_vanilla.{name}"
+    return entries
 
 
 def field_errors_as_value_errors(cls: type) -> type:
@@ -326,9 +357,7 @@ class VanillaConfig(PreTrainedConfig):
                     f"{name} does not fit architecture={self.architecture!r}; it needs "
                     f"{' or '.join(map(repr, families))}."
                 )
-        impl = self._attn_implementation
-        if impl and "flash" in impl and self.position_embedding_type in ("alibi", "relative"):
-            raise ValueError(flash_refusal(self.position_embedding_type, impl))
+        refuse_attention_dropping_bias(self, self._attn_implementation)
 
     def get_text_config(self, decoder: bool | None = None, encoder: bool | None = None) -> PreTrainedConfig:
         """With ``decoder=True``, a view whose ``num_hidden_layers`` is the decoder's depth.
@@ -506,11 +535,43 @@ def check_rope_settings(config: "VanillaConfig") -> None:
     check_inactive_options(config, names=("rope_parameters",))
 
 
-def flash_refusal(scheme: str, impl: str) -> str:
+#: Attention functions found to take ``position_bias``; a bias scheme's forward asks this set on every call.
+ATTENTION_TAKING_BIAS: set[Callable] = set()
+
+
+def refuse_attention_dropping_bias(
+    config: "VanillaConfig", implementation: str | None, function: Callable | None = None
+) -> None:
+    """Refuse an attention function that would silently drop a bias scheme's additive bias.
+
+    The rule: an attention function applies the bias if it takes a ``position_bias`` parameter, as hf_vanilla's
+    eager attention and transformers' ``"sdpa"`` and ``"flex_attention"`` do. One that takes queries, keys and
+    values alone (FlashAttention, the ``paged|`` kernels, an engine's own such as vLLM's) is refused, as is a name
+    nothing is registered under yet. A function of one's own declares that it applies the bias by naming the
+    parameter. ``function`` is what ``implementation`` dispatches to, if the caller has it already.
+    """
+    scheme = config.position_embedding_type
+    if not implementation or scheme not in BIAS_SCHEMES or function in ATTENTION_TAKING_BIAS:
+        return
+    if function is None:
+        try:
+            function = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, None)
+        except KeyError:  # not registered (yet): nothing shows that it applies the bias
+            raise ValueError(bias_refusal(scheme, implementation)) from None
+        if function is None:  # "eager" with no function registered under it: hf_vanilla's own, which takes it
+            return
+    if "position_bias" not in inspect.signature(function).parameters:
+        raise ValueError(bias_refusal(scheme, implementation))
+    ATTENTION_TAKING_BIAS.add(function)
+
+
+def bias_refusal(scheme: str, impl: str) -> str:
     return (
-        f"attn_implementation={impl!r} cannot be used with position_embedding_type={scheme!r}: FlashAttention "
-        "kernels take no additive attention bias, which this scheme needs. Use attn_implementation='sdpa', "
-        "'flex_attention' or 'eager', or a scheme without a bias ('rope', 'sinusoidal', 'learned', 'none')."
+        f"attn_implementation={impl!r} cannot be used with position_embedding_type={scheme!r}: the attention "
+        f"function registered as {impl!r} takes no additive attention bias (it has no `position_bias` parameter), "
+        f"so the {scheme} bias this scheme needs would be silently dropped. Use attn_implementation='eager', 'sdpa' "
+        "or 'flex_attention', or a scheme without a bias ('rope', 'sinusoidal', 'learned', 'none'). Engines whose "
+        "attention takes only queries, keys and values (vLLM's) cannot serve this scheme."
     )
 
 

@@ -92,8 +92,7 @@ def _with_auto_map(config: dict[str, Any]) -> dict[str, Any] | None:
     A folder saved through a wrapper (a plain state dict, FSDP) can lack it, and without it
     ``trust_remote_code`` has nothing to load.
     """
-    from . import modeling_vanilla
-    from .configuration_vanilla import VanillaConfig
+    from .configuration_vanilla import AUTO_CLASSES, VanillaConfig, auto_map_for
 
     if config.get("model_type") != VanillaConfig.model_type:
         raise ValueError(
@@ -102,17 +101,12 @@ def _with_auto_map(config: dict[str, Any]) -> dict[str, Any] | None:
         )
     if config.get("auto_map"):
         return None
-    auto_map = {"AutoConfig": f"configuration_vanilla.{VanillaConfig.__name__}"}
-    for name in config.get("architectures") or []:
-        model_class = getattr(modeling_vanilla, name, None)
-        auto_class = getattr(model_class, "_auto_class", None)
-        if auto_class is not None:
-            auto_map[auto_class] = f"modeling_vanilla.{name}"
-    if len(auto_map) == 1:
+    if not any(name in AUTO_CLASSES for name in config.get("architectures") or []):
         raise ValueError(
             f"config.json names no hf_vanilla model class in `architectures` ({config.get('architectures')})"
         )
-    return {**config, "auto_map": auto_map}
+    # config.json leaves out fields at their default (use_diff), the family included
+    return {**config, "auto_map": auto_map_for(config.get("architecture", VanillaConfig.architecture))}
 
 
 def model_card_text(

@@ -40,7 +40,15 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .configuration_vanilla import HEAD_FAMILIES, VanillaConfig, check_rope_settings, flash_refusal
+from .configuration_vanilla import (
+    ATTENTION_TAKING_BIAS,
+    BIAS_SCHEMES,
+    HEAD_FAMILIES,
+    VanillaConfig,
+    auto_map_for,
+    check_rope_settings,
+    refuse_attention_dropping_bias,
+)
 from .positional import (
     NO_POSITIONAL_INPUTS,
     PositionalAttentionInputs,
@@ -58,19 +66,22 @@ from .positional import (
 class VanillaRMSNorm(nn.Module):
     """Root-mean-square norm (Zhang & Sennrich): no centring, no bias.
 
-    Rounds where Llama's and T5's norms do: normalised in float32, cast back to the input's dtype, then scaled by
-    the weight, so a converted checkpoint computes the same bfloat16 numbers as its source.
+    Written as LlamaRMSNorm is, and rounding where it (and T5's) does: normalised in float32, cast back to the
+    input's dtype, then scaled by the weight, so a converted checkpoint computes the same bfloat16 numbers as its
+    source. vLLM recognises this dataflow (x * rsqrt(mean(x^2) + eps), times the weight) and runs its fused kernel.
     """
 
-    def __init__(self, hidden_size: int, eps: float):
+    def __init__(self, hidden_size: int, eps: float = 1e-6):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.eps = eps
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        # torch's fused kernel normalises in one pass instead of four element-wise ones (x^2, mean, rsqrt, product).
-        normalized = nn.functional.rms_norm(hidden_states.float(), self.weight.shape, None, self.eps)
-        return self.weight * normalized.to(hidden_states.dtype)
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.eps)
+        return self.weight * hidden_states.to(input_dtype)
 
 
 class VanillaLayerNorm(nn.LayerNorm):
@@ -115,26 +126,40 @@ def build_activation(name: str) -> nn.Module:
 
 
 class VanillaFeedForward(nn.Module):
-    """FFN(x) = act(x W_up) W_down (the paper), or act(x W_gate) * (x W_up) W_down (GLU variants)."""
+    """FFN(x) = act(x W_up) W_down: the paper's position-wise network."""
+
+    gated = False
 
     def __init__(self, config: VanillaConfig):
         super().__init__()
         width, hidden = config.intermediate_size, config.hidden_size
-        self.gate_proj = nn.Linear(hidden, width, bias=config.mlp_bias) if config.gated_ffn else None
+        self.gate_proj = nn.Linear(hidden, width, bias=config.mlp_bias) if self.gated else None
         self.up_proj = nn.Linear(hidden, width, bias=config.mlp_bias)
         self.down_proj = nn.Linear(width, hidden, bias=config.mlp_bias)
         self.act_fn = build_activation(config.hidden_act)
         self.dropout = nn.Dropout(config.activation_dropout)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        if self.gate_proj is None:
-            inner = self.act_fn(self.up_proj(hidden_states))
-        else:
-            inner = self.act_fn(self.gate_proj(hidden_states))
-            up = self.up_proj(hidden_states)
-            # Without autograd nothing reads the activation again: multiply in place, one (tokens, d_ff) tensor fewer.
-            inner = inner * up if torch.is_grad_enabled() else inner.mul_(up)
-        return self.down_proj(active_dropout(self.dropout, inner))
+        return self.down_proj(active_dropout(self.dropout, self.act_fn(self.up_proj(hidden_states))))
+
+
+class VanillaGatedFeedForward(VanillaFeedForward):
+    """FFN(x) = (act(x W_gate) * x W_up) W_down: the GLU variants (SwiGLU with silu, GEGLU with gelu).
+
+    The product is written as LlamaMLP writes it, ``act_fn(gate_proj(x)) * up_proj(x)`` in one expression: vLLM
+    recognises that dataflow and source and runs gate and up as one product with a fused activation-and-multiply.
+    """
+
+    gated = True
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(
+            active_dropout(self.dropout, self.act_fn(self.gate_proj(hidden_states)) * self.up_proj(hidden_states))
+        )
+
+
+def build_feed_forward(config: VanillaConfig) -> VanillaFeedForward:
+    return VanillaGatedFeedForward(config) if config.gated_ffn else VanillaFeedForward(config)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -259,6 +284,9 @@ class VanillaAttention(nn.Module):
         implementation = self.config._attn_implementation
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
         if positional.bias is not None:
+            # Also here, at the cost of a set lookup: an engine may set config._attn_implementation after init.
+            if attention_interface not in ATTENTION_TAKING_BIAS:
+                refuse_attention_dropping_bias(self.config, implementation, attention_interface)
             kwargs["position_bias"] = positional.bias
         output, weights = attention_interface(
             self,
@@ -315,7 +343,7 @@ class VanillaBlock(GradientCheckpointingLayer):
             self.cross_attn_step = ResidualStep(config)
         else:
             self.cross_attn = self.cross_attn_step = None
-        self.mlp = VanillaFeedForward(config)
+        self.mlp = build_feed_forward(config)
         self.mlp_step = ResidualStep(config)
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
@@ -356,7 +384,8 @@ class VanillaTokenEmbedding(nn.Embedding):
 
     def __init__(self, config: VanillaConfig):
         super().__init__(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
-        self.scale = math.sqrt(config.hidden_size) if config.scale_embedding else 1.0
+        # Named as transformers' scaled embeddings name it: engines that replace the embedding (vLLM) keep the factor.
+        self.embed_scale = math.sqrt(config.hidden_size) if config.scale_embedding else None
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         if input_ids.device.type == "cpu" and not torch.compiler.is_compiling() and input_ids.numel():
@@ -371,7 +400,7 @@ class VanillaTokenEmbedding(nn.Embedding):
                     "with model.resize_token_embeddings(len(tokenizer))."
                 )
         embeddings = super().forward(input_ids)
-        return embeddings * self.scale if self.scale != 1.0 else embeddings  # no pass (and no backward) for x1
+        return embeddings * self.embed_scale if self.embed_scale is not None else embeddings
 
 
 def check_input_shape(input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, what: str) -> None:
@@ -409,13 +438,20 @@ class VanillaPreTrainedModel(PreTrainedModel):
                 f"{' or '.join(map(repr, family_heads))}. Build the config with a matching `architecture`."
             )
         # from_pretrained / from_config set the requested backend on the config before building the model.
-        refuse_flash_with_bias(config, config._attn_implementation)
+        refuse_attention_dropping_bias(config, config._attn_implementation)
         check_rope_settings(config)  # a RoPE option assigned after the config was built would be ignored
         super().__init__(config, *args, **kwargs)
 
+    def save_pretrained(self, *args, **kwargs) -> None:
+        if type(self)._auto_class is not None:  # saved with its code: every Auto class that fits the family loads
+            # it, not only this class's (engines build the bare model: AutoModel); entries already there are kept
+            known = getattr(self.config, "auto_map", None) or {}
+            self.config.auto_map = {**auto_map_for(self.config.architecture), **known}
+        super().save_pretrained(*args, **kwargs)
+
     def set_attn_implementation(self, attn_implementation: str | dict, allow_all_kernels: bool = False):
         requested = attn_implementation.get("") if isinstance(attn_implementation, dict) else attn_implementation
-        refuse_flash_with_bias(self.config, requested)
+        refuse_attention_dropping_bias(self.config, requested)
         return super().set_attn_implementation(attn_implementation, allow_all_kernels=allow_all_kernels)
 
     @torch.no_grad()
@@ -433,7 +469,7 @@ class VanillaPreTrainedModel(PreTrainedModel):
             reset_positional_buffers(module)
         if self.config.initializer_factor is not None:  # also here: resize_token_embeddings inits new modules only so
             init_like_t5(module, self.config)
-        elif isinstance(module, VanillaTokenEmbedding) and module.scale != 1.0:
+        elif isinstance(module, VanillaTokenEmbedding) and module.embed_scale is not None:
             # The paper's reference code (tensor2tensor, fairseq): N(0, d^-1/2), so the sqrt(d)-scaled embeddings
             # have unit variance, as the sinusoids added to them do (std 0.02 leaves tokens swamped by positions).
             init_embedding(module, std=module.embedding_dim**-0.5)
@@ -480,14 +516,6 @@ def init_like_t5(module: nn.Module, config: VanillaConfig) -> None:
         init.normal_(module.score.weight, std=factor)
 
 
-def refuse_flash_with_bias(config: VanillaConfig, implementation: str | None) -> None:
-    """FlashAttention takes no additive bias: say so before transformers looks for the kernel (the scheme, not the
-    install, is the obstacle)."""
-    scheme = config.position_embedding_type
-    if implementation and "flash" in implementation and scheme in ("alibi", "relative"):
-        raise ValueError(flash_refusal(scheme, implementation))
-
-
 def refuse_flex_generation_on_cpu(config: VanillaConfig, device: torch.device, model_kwargs: dict) -> None:
     """torch 2.13's inductor emits CPU flex kernels that do not compile (``'cur_kvSplitSize0' was not declared``)
     once generation recompiles them for growing lengths while score_mod/mask_mod read a captured tensor of that
@@ -497,8 +525,8 @@ def refuse_flex_generation_on_cpu(config: VanillaConfig, device: torch.device, m
     masks = {key: model_kwargs.get(key) for key in ("attention_mask", "decoder_attention_mask")}
     padded = [key for key, mask in masks.items() if mask is not None and mask.dim() == 2 and not bool(mask.all())]
     scheme = config.position_embedding_type
-    if scheme in ("alibi", "relative") or padded:
-        reason = f"the {scheme} attention bias" if scheme in ("alibi", "relative") else f"a padded {padded[0]}"
+    if scheme in BIAS_SCHEMES or padded:
+        reason = f"the {scheme} attention bias" if scheme in BIAS_SCHEMES else f"a padded {padded[0]}"
         raise ValueError(
             f"generate() with attn_implementation='flex_attention' on CPU cannot use {reason}: torch's inductor "
             "fails to compile the CPU flex kernel for a captured bias or padding mask once generation changes the "
@@ -533,8 +561,10 @@ def reset_positional_buffers(scheme: PositionalScheme) -> None:
 class VanillaStack(VanillaPreTrainedModel):
     """Embeddings, positions and a stack of blocks. Subclasses fix the direction (bidirectional or causal).
 
-    The token embedding belongs to :class:`VanillaModel` (the encoder and decoder share one matrix,
-    stored once); a stack borrows it, kept out of its own parameters so nothing is registered twice.
+    Built from the config alone (``VanillaDecoder(config)``), as engines that wrap the class ``get_decoder()``
+    returns build it (vLLM's compile decorator accepts no other positional argument); a stack built alone owns
+    its token embedding. :class:`VanillaModel` lends its own instead (the encoder and decoder share one matrix,
+    stored once): a borrowed embedding is kept out of the stack's parameters so nothing is registered twice.
     """
 
     is_causal = False
@@ -542,12 +572,14 @@ class VanillaStack(VanillaPreTrainedModel):
     def __init__(
         self,
         config: VanillaConfig,
-        token_embedding: VanillaTokenEmbedding,
-        num_layers: int,
-        has_cross_attention: bool = False,
+        *,
+        token_embedding: VanillaTokenEmbedding | None = None,
+        num_layers: int | None = None,
     ):
         super().__init__(config)
-        self.has_cross_attention = has_cross_attention
+        self.has_cross_attention = self.is_causal and config.is_encoder_decoder
+        if token_embedding is None:
+            self.embed_tokens = token_embedding = VanillaTokenEmbedding(config)
         self._token_embedding = (token_embedding,)
         self.token_type_embeddings = (
             nn.Embedding(config.type_vocab_size, config.hidden_size) if config.type_vocab_size else None
@@ -555,9 +587,10 @@ class VanillaStack(VanillaPreTrainedModel):
         self.positions = build_positional_scheme(config, causal=self.is_causal)
         self.embedding_norm = build_norm(config) if config.embedding_norm else None
         self.dropout = nn.Dropout(config.hidden_dropout)
+        depth = num_layers if num_layers is not None else self.default_depth(config)
         self.layers = nn.ModuleList(
             VanillaBlock(config, i, is_causal=self.is_causal, has_cross_attention=self.has_cross_attention)
-            for i in range(num_layers)
+            for i in range(depth)
         )
         self.final_norm = build_norm(config) if config.final_norm else None
         self.gradient_checkpointing = False
@@ -568,11 +601,16 @@ class VanillaStack(VanillaPreTrainedModel):
         # not a base model of its own, so it contributes none of them (VanillaModel would prefix them again).
         super().init_parallel_plans()
         self._tp_plan, self._pp_plan = {}, {}
+    @staticmethod
+    def default_depth(config: VanillaConfig) -> int:
+        return config.num_hidden_layers
 
     def get_input_embeddings(self) -> VanillaTokenEmbedding:
         return self._token_embedding[0]
 
     def set_input_embeddings(self, embedding: VanillaTokenEmbedding) -> None:
+        if "embed_tokens" in self._modules:  # owned, not borrowed: the module holds it
+            self.embed_tokens = embedding
         self._token_embedding = (embedding,)
 
     def embed(
@@ -638,6 +676,10 @@ class VanillaDecoder(VanillaStack):
         "attentions": OutputRecorder(VanillaAttention, index=1, layer_name="self_attn"),
         "cross_attentions": OutputRecorder(VanillaAttention, index=1, layer_name="cross_attn"),
     }
+
+    @staticmethod
+    def default_depth(config: VanillaConfig) -> int:
+        return config.num_decoder_layers if config.is_encoder_decoder else config.num_hidden_layers
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @merge_with_config_defaults
@@ -737,13 +779,10 @@ class VanillaModel(VanillaPreTrainedModel):
         super().__init__(config)
         self.embed_tokens = VanillaTokenEmbedding(config)
         family = config.architecture
-        self.encoder = VanillaEncoder(config, self.embed_tokens, config.num_hidden_layers) if family != "decoder" else None
-        decoder_depth = config.num_decoder_layers if family == "encoder-decoder" else config.num_hidden_layers
-        self.decoder = (
-            VanillaDecoder(config, self.embed_tokens, decoder_depth, has_cross_attention=config.is_encoder_decoder)
-            if family != "encoder"
-            else None
-        )
+        # Keyword arguments only: an engine may wrap the stack classes in a constructor that refuses any other
+        # positional argument than the config.
+        self.encoder = VanillaEncoder(config, token_embedding=self.embed_tokens) if family != "decoder" else None
+        self.decoder = VanillaDecoder(config, token_embedding=self.embed_tokens) if family != "encoder" else None
         self.post_init()
 
     def get_input_embeddings(self) -> VanillaTokenEmbedding:

@@ -41,7 +41,8 @@ NO_POSITIONAL_INPUTS = PositionalAttentionInputs()
 class PositionalScheme(nn.Module):
     """The interface. Subclasses override what they use; the defaults do nothing."""
 
-    #: Adds a bias to attention scores; FlashAttention kernels cannot take one.
+    #: Adds a bias to attention scores (configuration_vanilla.BIAS_SCHEMES): only attention functions that take
+    #: `position_bias` apply it.
     uses_attention_bias: bool = False
     #: Positions beyond this raise an error (None: the scheme extrapolates).
     hard_max_positions: int | None = None

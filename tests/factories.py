@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import torch
 
 import hf_vanilla as hv
@@ -84,3 +89,14 @@ def tiny_tokenizer(kind: str = "decoder"):
         tokenizer_object=tokenizer, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>",
         mask_token="<mask>", padding_side="left" if kind == "decoder" else "right",
     )
+
+
+def run_without_package(script: str, folder: Path) -> subprocess.CompletedProcess:
+    """Run ``script`` in a fresh Python where hf_vanilla cannot be imported (as on a machine without it): not on
+    ``sys.path`` (no PYTHONPATH, the working directory is ``folder``) and blocked in ``sys.modules`` for the
+    editable install; the remote code transformers copies lands under ``folder``, offline."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env.update(HF_MODULES_CACHE=str(folder / "modules"), HF_HUB_OFFLINE="1")
+    guarded = 'import sys\nsys.modules["hf_vanilla"] = None  # any import of the package fails\n' + script
+    return subprocess.run([sys.executable, "-c", guarded], capture_output=True, text=True, env=env, cwd=folder,
+                          timeout=600)

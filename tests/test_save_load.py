@@ -3,8 +3,6 @@
 import contextlib
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -14,7 +12,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
 
 import hf_vanilla as hv
-from tests.factories import FAMILIES, model_inputs, padded_batch, tiny_config, tiny_model
+from tests.factories import FAMILIES, model_inputs, padded_batch, run_without_package, tiny_config, tiny_model
 
 AUTO_FOR_FAMILY = {"encoder": AutoModelForMaskedLM, "decoder": AutoModelForCausalLM,
                    "encoder-decoder": AutoModelForSeq2SeqLM}
@@ -240,8 +238,6 @@ def test_loads_with_trust_remote_code_without_the_package(tmp_path):
     assert {"modeling_vanilla.py", "configuration_vanilla.py", "positional.py"} <= set(os.listdir(tmp_path))
     torch.save({"ids": ids, "mask": mask, "expected": expected}, tmp_path / "io.pt")
     script = textwrap.dedent(f"""
-        import sys
-        sys.modules["hf_vanilla"] = None  # the package is unavailable: any import of it fails
         import torch
         from transformers import AutoModelForSeq2SeqLM
         model = AutoModelForSeq2SeqLM.from_pretrained({str(tmp_path)!r}, trust_remote_code=True).eval()
@@ -253,6 +249,5 @@ def test_loads_with_trust_remote_code_without_the_package(tmp_path):
         torch.testing.assert_close(logits, io["expected"], rtol=0, atol=0)
         print("REMOTE-OK", type(model).__module__)
     """)
-    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
+    result = run_without_package(script, tmp_path)
     assert "REMOTE-OK transformers_modules" in result.stdout, result.stderr[-3000:]
