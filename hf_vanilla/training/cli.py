@@ -79,14 +79,12 @@ def run_command(argv: list[str], before_run: Callable[[], None] | None = None) -
         return 1
     from accelerate import PartialState
 
+    from .outputs import stop_line
+
     if PartialState().is_main_process:
         summary = {k: v for k, v in result.metrics.items() if isinstance(v, (int, float))}
         print(json.dumps({"run_dir": str(result.run_dir), "metrics": summary, "baseline": result.baseline,
-                          "global_step": result.global_step, "stopped_by_time_limit": _stopped_by_time_limit(result),
+                          "global_step": result.global_step, **result.completion,
                           "time_per_step_s": result.time_per_step_s, "wall_time_s": result.wall_time_s}, indent=1))
+        print(f"hf-vanilla train: {stop_line(result.completion)}", file=sys.stderr)
     return 0
-
-
-def _stopped_by_time_limit(result) -> bool:
-    metrics = json.loads((result.run_dir / "metrics.json").read_text(encoding="utf-8"))
-    return metrics["timing"].get("stopped_by_time_limit_at") is not None

@@ -114,7 +114,8 @@ class TrainOptions:
         "opt-in CPU kernels (hf_vanilla.cpu_kernels: oneDNN linear layers, single-token attention), each kept "
         "only for the shapes where it measures faster on this machine; the saved model is unchanged"))
     time_limit_minutes: float | None = field(default=None, metadata=_opt(
-        "stop training after this long, then evaluate and save as usual"))
+        "stop training after this long, then evaluate and save as usual; a run cut short says STOPPED EARLY in "
+        "its summary, metrics.json (stopped_early, stop_reason) and its card"))
     # -- evaluation, logging, checkpoints, outputs
     eval_steps: int | None = field(default=None, metadata=_opt("evaluate every N steps (unset: 8 times per run)"))
     save_steps: int | None = field(default=None, metadata=_opt("checkpoint every N steps (unset: --eval-steps)"))
