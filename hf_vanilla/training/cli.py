@@ -26,7 +26,10 @@ EPILOG = """examples:
   hf-vanilla train --task translation --output-dir runs/bible --preset base --recipe paper
   hf-vanilla train --task classification --output-dir runs/news --config norm_position=pre --config hidden_dropout=0.2
   hf-vanilla train --task clm --output-dir runs/shakespeare --resume      # continue after a stop or Ctrl-C
-  accelerate launch --num_processes 2 -m hf_vanilla.cli train --task mlm --output-dir runs/mlm
+  hf-vanilla train --task clm --output-dir runs/paper-block --config norm_position=post   # the paper's block
+  accelerate launch --multi_gpu --num_processes 2 -m hf_vanilla.cli train --task mlm --output-dir runs/mlm
+      # 2 processes: on GPUs, or on a CPU-only machine joined by gloo (without --multi_gpu accelerate
+      # starts ONE process there); see docs/training.md "Many processes, GPUs and machines"
 """
 
 
