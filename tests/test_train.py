@@ -882,3 +882,24 @@ def test_cpu_kernels_train_with_the_tuned_layers_and_save_a_plain_model(corpus, 
     assert ATTENTION_NAME not in (run_dir / "config.json").read_text()
     reloaded = AutoModelForCausalLM.from_pretrained(run_dir)
     assert {type(m) for m in reloaded.modules() if isinstance(m, torch.nn.Linear)} == {torch.nn.Linear}
+
+
+def test_the_clm_default_model_is_pre_norm_and_the_papers_block_is_one_flag_away():
+    """Post-norm sits on the unigram plateau at small budgets (docs/training.md): the CLI's default model must not."""
+    from hf_vanilla.corpora import train_tokenizer
+    from hf_vanilla.training.cli import build_parser, parse
+    from hf_vanilla.training.run import build_config
+    from hf_vanilla.training.tasks import get_task
+
+    clm = get_task("clm")
+    tokenizer = train_tokenizer([" ".join(WORDS)] * 20, kind="bpe", vocab_size=300, add_eos=False)
+
+    def norm(*argv: str, task=clm) -> str:
+        opts = parse(["--task", task.name, "--output-dir", "x", *argv])[1].resolved(task)
+        return build_config(task, tokenizer, None, opts).norm_position
+
+    assert norm() == "pre" and norm("--preset", "tiny") == "pre"
+    assert norm("--config", "norm_position=post") == "post"
+    assert norm("--preset", "transformer-base") == "post"  # a named preset keeps its own layout
+    assert norm(task=get_task("mlm")) == "post"  # the other tasks keep the paper's
+    assert "norm_position=post gives the paper's" in " ".join(build_parser().format_help().split())

@@ -48,7 +48,9 @@ class TrainOptions:
     preset: str = field(default="small", metadata=_opt(
         f"model size ({', '.join(SIZE_PRESETS)}) or a VanillaConfig preset name (transformer-base, gpt2, ...)"))
     config: dict[str, Any] | str | None = field(default=None, metadata=_opt(
-        "a VanillaConfig override as KEY=VALUE (repeat the flag for more; in Python a dict)", action="append",
+        "a VanillaConfig override as KEY=VALUE (repeat the flag for more; in Python a dict). The clm task's "
+        "model is pre-norm, which leaves the unigram plateau at small budgets; norm_position=post gives the "
+        "paper's post-norm block", action="append",
         metavar="KEY=VALUE"))
     init_from: str | None = field(default=None, metadata=_opt("start from this saved model (and its tokenizer)"))
     attn_implementation: Literal["eager", "sdpa", "flex_attention"] | None = field(default=None, metadata=_opt(

@@ -198,7 +198,10 @@ def build_config(task: Task, tokenizer, raw, opts: TrainOptions):
 
     if opts.preset not in SIZE_PRESETS and opts.preset not in PRESETS:
         raise ValueError(f"unknown preset {opts.preset!r}; choose one of {sorted({*SIZE_PRESETS, *PRESETS})}")
-    fields: dict[str, Any] = dict(SIZE_PRESETS.get(opts.preset) or PRESETS[opts.preset])
+    if opts.preset in SIZE_PRESETS:  # sizes only: the task's model defaults; a named preset keeps its layout
+        fields: dict[str, Any] = dict(SIZE_PRESETS[opts.preset], **task.model_defaults)
+    else:
+        fields = dict(PRESETS[opts.preset])
     fields.update(
         architecture=task.family,
         vocab_size=len(tokenizer),
