@@ -189,3 +189,40 @@ def test_a_documented_launch_command_runs_two_processes(command, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     effective = json.loads((run_dir / "run.json").read_text())["effective"]
     assert (effective["world_size"], effective["distributed_type"]) == (2, "MULTI_CPU"), command
+
+
+# --------------------------------------------------------------------------------------------------
+# Set-up: the README's TORCH_SPEC reaches pip as written
+
+
+def _setup_calls(command: str, tmp_path: Path) -> list[str]:
+    """Run ``command`` (a README line calling scripts/test.sh) against a stand-in environment whose python
+    records its arguments, has no torch yet, and installs nothing: the calls the set-up makes, in order."""
+    import os
+    import subprocess
+
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$*" >> "$CALLS"\n[ "$1" != "-c" ]\n')
+    python.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_SPEC"}
+    env.update(HF_VANILLA_VENV=str(tmp_path / "venv"), CALLS=str(tmp_path / "calls"))
+    proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    return (tmp_path / "calls").read_text().splitlines()
+
+
+def test_the_readmes_torch_spec_reaches_pip_as_written(tmp_path):
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    command = re.search(r'^TORCH_SPEC="(.*?)" bash scripts/test\.sh$', readme, flags=re.MULTILINE)
+    assert command, "README shows no TORCH_SPEC=... bash scripts/test.sh"
+    spec = command.group(1)
+    assert spec == "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+    assert f"pip install {spec}\n" in readme  # the Install section's torch line is the same build
+    calls = _setup_calls(command.group(0), tmp_path)
+    assert calls == ["-c import torch", f"-m pip install -q {spec}", f"-m pip install -q -e {ROOT}[dev]",
+                     "-m pytest -p no:cacheprovider"]
+
+
+def test_the_setup_default_installs_the_pinned_torch(tmp_path):
+    assert _setup_calls("bash scripts/test.sh", tmp_path)[1] == "-m pip install -q torch==2.13.0"
