@@ -83,7 +83,7 @@ def setup(document: str, folder: Path) -> dict:
         _tiny_marian(folder / "path/to/opus-mt-en-de")
     elif document == "docs/hub.md":
         namespace["model"] = hv.VanillaForCausalLM(hv.VanillaConfig.from_preset("tiny-gpt2"))
-    elif document == "docs/training.md":
+    elif document in ("docs/training.md", "docs/finetuning.md"):
         _text_file(folder / "my.txt", 600)
         _tiny_run_model(folder / "runs/clm")
     return namespace
