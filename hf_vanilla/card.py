@@ -154,9 +154,7 @@ def _procedure_table(run: Mapping[str, Any], timing: Mapping[str, Any]) -> str:
         ("gradient clipping", o.get("max_grad_norm")),
         ("global batch", f"{e['global_batch_size']} sequences ({o['batch_size']} x {o['gradient_accumulation_steps']} "
                          f"accumulation x {e['world_size']} processes)"),
-        ("optimizer steps", f"{timing.get('steps')}" + (
-            f" of {e['max_steps']} planned (stopped by the {o.get('time_limit_minutes')}-minute time limit)"
-            if timing.get("stopped_by_time_limit_at") else "")),
+        ("optimizer steps", f"{timing.get('steps')} of {e['max_steps']} planned"),
         ("seed", o.get("seed")),
         ("time per step (median)", f"{_fmt(timing.get('time_per_step_s_median'))} s"),
         ("training time", f"{_fmt(timing.get('train_time_s'))} s (whole run {_fmt(timing.get('wall_time_s'))} s)"),
@@ -259,6 +257,18 @@ def _limitations(run: Mapping[str, Any]) -> str:
     return "\n\n".join(text)
 
 
+def _stop_note(metrics: Mapping[str, Any], run: Mapping[str, Any]) -> str | None:
+    """Why training ran fewer steps than planned, or None when it ran them all. Runs saved before metrics.json
+    said so (no ``stopped_early``) are read from their time-limit record."""
+    if "stopped_early" in metrics:
+        return metrics["stop_reason"] if metrics["stopped_early"] else None
+    at = metrics.get("timing", {}).get("stopped_by_time_limit_at")
+    if at is None:
+        return None
+    return (f"the time limit of {run['options'].get('time_limit_minutes')} minutes stopped training at step {at} "
+            f"of {run['effective']['max_steps']}")
+
+
 def card_context(run_dir: str | os.PathLike[str], model_id: str | None = None) -> dict[str, Any]:
     """The template variables (strings of Markdown) for a run directory."""
     run_dir = Path(run_dir)
@@ -295,6 +305,7 @@ def card_context(run_dir: str | os.PathLike[str], model_id: str | None = None) -
         "load_snippet": _load_snippet(task, model_id or str(run_dir.resolve())),
         "base_model": run["options"].get("init_from"),
         "resumed_from": run.get("resumed_from"),
+        "stop_note": _stop_note(metrics, run),
     }
 
 

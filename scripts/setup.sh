@@ -4,8 +4,9 @@
 # development extras. Re-running is cheap: nothing is reinstalled unless pyproject.toml changed.
 #
 #   HF_VANILLA_VENV  where the environment lives (default: .venv in the repository)
-#   TORCH_SPEC       the torch requirement to install when none is present (default: torch==2.13.0;
-#                    elsewhere e.g. "torch --index-url https://download.pytorch.org/whl/cpu")
+#   TORCH_SPEC       the torch requirement to install when none is present, words passed to pip as written
+#                    (default: torch==2.13.0, the CPU build here; on a stock Linux machine that is PyPI's CUDA
+#                    build, so the README gives "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu")
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv=${HF_VANILLA_VENV:-$root/.venv}
@@ -17,7 +18,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 pip=("$venv/bin/python" -m pip)
 if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
-  echo "setup: installing ${TORCH_SPEC:-torch==2.13.0} (CPU) first"
+  echo "setup: installing ${TORCH_SPEC:-torch==2.13.0} first"
   # shellcheck disable=SC2086  # TORCH_SPEC may carry pip options on purpose
   "${pip[@]}" install -q ${TORCH_SPEC:-torch==2.13.0}
 fi

@@ -85,7 +85,7 @@ def setup(document: str, folder: Path) -> dict:
         namespace["model"] = hv.VanillaForCausalLM(hv.VanillaConfig.from_preset("tiny-gpt2"))
     elif document == "docs/deploying.md":
         _tiny_run_model(folder / "runs/clm")
-    elif document == "docs/training.md":
+    elif document in ("docs/training.md", "docs/finetuning.md"):
         _text_file(folder / "my.txt", 600)
         _tiny_run_model(folder / "runs/clm")
     return namespace
@@ -117,3 +117,114 @@ def test_docs_name_no_path_outside_the_repository_and_no_placeholder():
     for document in DOCUMENTS:
         text = (ROOT / document).read_text(encoding="utf-8")
         assert "/work/" not in text and not re.search(r"about N\b", text), document
+
+
+# --------------------------------------------------------------------------------------------------
+# Multi-process commands: every `accelerate launch` line the help, README or docs show
+
+
+#: The launch options (or config file) of a documented command that cannot run here -> why.
+NEEDS_OTHER_HARDWARE = {
+    "scripts/accelerate/ddp.yaml": "8 GPUs",
+    "scripts/accelerate/multi_node.yaml": "2 machines with 8 GPUs each",
+    "scripts/accelerate/fsdp.yaml": "GPUs (accelerate 1.15 drops FSDP on CPU)",
+    "scripts/accelerate/deepspeed_zero2.yaml": "GPUs and DeepSpeed",
+    "scripts/accelerate/deepspeed_zero3.yaml": "GPUs and DeepSpeed",
+}
+
+
+def launch_commands() -> dict[str, list[str]]:
+    """Each distinct documented `accelerate launch ... -m hf_vanilla.cli train [--task T]` (its environment,
+    launch options and the first task shown with them; the rest of the train options, often `...`, varies)
+    -> where it is shown."""
+    from hf_vanilla.training.cli import EPILOG
+
+    sources = {"hf-vanilla train --help": EPILOG}
+    sources.update({doc: "\n".join(re.findall(r"```bash\n(.*?)```", (ROOT / doc).read_text(encoding="utf-8"),
+                                              flags=re.DOTALL)) for doc in DOCUMENTS})
+    found: dict[str, list[str]] = {}
+    for where, text in sources.items():
+        for line in text.splitlines():
+            match = re.match(r"\s*((?:\w+=\S+ )*accelerate launch .*?-m hf_vanilla\.cli train)( --task \w+)?", line)
+            if match:
+                launch = next((c for c in found if c.startswith(match.group(1) + " --task")), None)
+                found.setdefault(launch or match.group(1) + (match.group(2) or " --task clm"), []).append(where)
+    return found
+
+
+def test_the_documented_launch_commands_are_the_ones_tested():
+    commands = launch_commands()
+    assert any("hf-vanilla train --help" in where for where in commands.values())
+    runnable = [c for c in commands if not any(config in c for config in NEEDS_OTHER_HARDWARE)]
+    assert len(runnable) >= 2 and len(commands) > len(runnable)
+
+
+@pytest.mark.parametrize("command", [c for c in launch_commands()
+                                     if not any(config in c for config in NEEDS_OTHER_HARDWARE)])
+def test_a_documented_launch_command_runs_two_processes(command, tmp_path):
+    """Run as written (the venv's `accelerate`, a free port, a tiny model on a few local lines): the run
+    records two processes, as the text says."""
+    import json
+    import os
+    import shlex
+    import socket
+    import subprocess
+    import sys
+
+    words = shlex.split(command)
+    assignments, words = words[:words.index("accelerate")], words[words.index("accelerate"):]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    launch = [str(Path(sys.executable).parent / "accelerate"), "launch", "--main_process_port", port, *words[2:]]
+    _text_file(tmp_path / "train.txt", 120)
+    _text_file(tmp_path / "held-out.txt", 20)
+    run_dir = tmp_path / "run"
+    launch += ["--output-dir", str(run_dir), "--preset", "tiny", "--config", "hidden_size=32", "--config",
+               "intermediate_size=64", "--vocab-size", "300", "--block-size", "16", "--batch-size", "2",
+               "--max-steps", "2", "--num-samples", "0", "--disable-tqdm",
+               "--data-files", f"train={tmp_path / 'train.txt'}", f"validation={tmp_path / 'held-out.txt'}",
+               f"test={tmp_path / 'held-out.txt'}"]
+    env = dict(os.environ, **dict(a.split("=", 1) for a in assignments), HF_HOME=str(tmp_path / "hf-home"),
+               PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")  # HF_HOME: no default accelerate config here
+    proc = subprocess.run(launch, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    effective = json.loads((run_dir / "run.json").read_text())["effective"]
+    assert (effective["world_size"], effective["distributed_type"]) == (2, "MULTI_CPU"), command
+
+
+# --------------------------------------------------------------------------------------------------
+# Set-up: the README's TORCH_SPEC reaches pip as written
+
+
+def _setup_calls(command: str, tmp_path: Path) -> list[str]:
+    """Run ``command`` (a README line calling scripts/test.sh) against a stand-in environment whose python
+    records its arguments, has no torch yet, and installs nothing: the calls the set-up makes, in order."""
+    import os
+    import subprocess
+
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$*" >> "$CALLS"\n[ "$1" != "-c" ]\n')
+    python.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_SPEC"}
+    env.update(HF_VANILLA_VENV=str(tmp_path / "venv"), CALLS=str(tmp_path / "calls"))
+    proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    return (tmp_path / "calls").read_text().splitlines()
+
+
+def test_the_readmes_torch_spec_reaches_pip_as_written(tmp_path):
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    command = re.search(r'^TORCH_SPEC="(.*?)" bash scripts/test\.sh$', readme, flags=re.MULTILINE)
+    assert command, "README shows no TORCH_SPEC=... bash scripts/test.sh"
+    spec = command.group(1)
+    assert spec == "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+    assert f"pip install {spec}\n" in readme  # the Install section's torch line is the same build
+    calls = _setup_calls(command.group(0), tmp_path)
+    assert calls == ["-c import torch", f"-m pip install -q {spec}", f"-m pip install -q -e {ROOT}[dev]",
+                     "-m pytest -p no:cacheprovider"]
+
+
+def test_the_setup_default_installs_the_pinned_torch(tmp_path):
+    assert _setup_calls("bash scripts/test.sh", tmp_path)[1] == "-m pip install -q torch==2.13.0"

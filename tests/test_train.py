@@ -755,14 +755,76 @@ def test_samples_use_one_seed_per_prompt_and_the_card_names_a_loadable_path(refe
     assert f'from_pretrained("{path}", trust_remote_code=True)' in card and Path(path).is_dir()
 
 
-def test_time_limit_is_reported(corpus, tmp_path, caplog):
-    with caplog.at_level("WARNING"):
-        result = T.train("clm", tmp_path / "limited", **dict(TINY, data_files=text_files(corpus), max_steps=50,
-                                                              time_limit_minutes=1e-9))
-    assert result.global_step == 1 and "time limit" in caplog.text
-    timing = json.loads((tmp_path / "limited" / "metrics.json").read_text())["timing"]
-    assert timing["stopped_by_time_limit_at"] == 1
-    assert "stopped by the" in (tmp_path / "limited" / "README.md").read_text()
+def _cli_train(corpus, run_dir: Path, *extra: str, capsys) -> tuple[dict, str]:
+    """``hf-vanilla train`` (in process) on the tiny model: its JSON summary and its stderr."""
+    from hf_vanilla.training.cli import run_command
+
+    argv = ["--task", "clm", "--output-dir", str(run_dir), "--preset", "tiny", "--config", "hidden_size=32",
+            "--config", "intermediate_size=64", "--vocab-size", "300", "--block-size", "16", "--batch-size", "4",
+            "--disable-tqdm", "--num-samples", "0", "--use-cpu", *extra]
+    for entry in text_files(corpus):
+        argv += ["--data-files", entry]
+    assert run_command(argv) == 0
+    out, err = capsys.readouterr()
+    return json.loads(out[out.rindex("{\n \"run_dir\""):]), err
+
+
+def test_a_run_cut_short_by_the_time_limit_says_so_everywhere(corpus, tmp_path, capsys):
+    summary, err = _cli_train(corpus, tmp_path / "limited", "--max-steps", "50", "--time-limit-minutes", "1e-9",
+                              capsys=capsys)
+    reason = "the time limit of 1e-09 minutes stopped training at step 1 of 50"
+    expected = {"planned_steps": 50, "completed_steps": 1, "stopped_early": True, "stop_reason": reason}
+    assert {k: summary[k] for k in expected} == expected and summary["global_step"] == 1
+    assert f"STOPPED EARLY: {reason} (1 of 50 planned steps)" in err
+    metrics = json.loads((tmp_path / "limited" / "metrics.json").read_text())
+    assert {k: metrics[k] for k in expected} == expected and metrics["timing"]["stopped_by_time_limit_at"] == 1
+    card = (tmp_path / "limited" / "README.md").read_text()
+    assert f"> **Stopped early:** {reason}." in card and "| optimizer steps | 1 of 50 planned |" in card
+
+
+def test_a_completed_run_says_it_ran_every_planned_step(corpus, tmp_path, capsys):
+    summary, err = _cli_train(corpus, tmp_path / "full", "--max-steps", "3", "--time-limit-minutes", "60",
+                              capsys=capsys)
+    expected = {"planned_steps": 3, "completed_steps": 3, "stopped_early": False, "stop_reason": None}
+    assert {k: summary[k] for k in expected} == expected
+    assert "completed all 3 of 3 planned steps" in err and "STOPPED EARLY" not in err
+    metrics = json.loads((tmp_path / "full" / "metrics.json").read_text())
+    assert {k: metrics[k] for k in expected} == expected
+    card = (tmp_path / "full" / "README.md").read_text()
+    assert "Stopped early" not in card and "| optimizer steps | 3 of 3 planned |" in card
+
+
+class _StopAt(TrainerCallback):
+    """A caller's early stopping: training stops at the end of optimizer step ``step``."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_training_stop = state.global_step >= self.step
+
+
+def test_a_run_a_callback_stops_early_is_reported_too(corpus, tmp_path):
+    result = T.train("clm", tmp_path / "callback", callbacks=[_StopAt(2)],
+                     **dict(TINY, data_files=text_files(corpus), max_steps=6))
+    reason = "a callback stopped training at step 2 of 6"
+    assert result.completion == {"planned_steps": 6, "completed_steps": 2, "stopped_early": True,
+                                 "stop_reason": reason}
+    assert json.loads((tmp_path / "callback" / "metrics.json").read_text())["stop_reason"] == reason
+    assert f"> **Stopped early:** {reason}." in (tmp_path / "callback" / "README.md").read_text()
+
+
+def test_the_main_jobs_last_line_says_when_it_was_cut_short():
+    import runpy
+
+    final_line = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "main_job.py"))["final_line"]
+    cut = {"planned_steps": 400, "completed_steps": 142, "stopped_early": True,
+           "stop_reason": "the time limit of 12 minutes stopped training at step 142 of 400"}
+    assert final_line(372.1, 563.0, cut) == (
+        "held-out (Macbeth, Much Ado) perplexity 372.1 vs unigram 563.0: 1.5x lower; STOPPED EARLY: the time "
+        "limit of 12 minutes stopped training at step 142 of 400 (142 of 400 planned steps)")
+    done = dict(cut, completed_steps=400, stopped_early=False, stop_reason=None)
+    assert final_line(192.5, 563.0, done).endswith("2.9x lower; completed all 400 of 400 planned steps")
 
 
 def test_curves_end_with_the_final_validation_point():
@@ -820,3 +882,24 @@ def test_cpu_kernels_train_with_the_tuned_layers_and_save_a_plain_model(corpus, 
     assert ATTENTION_NAME not in (run_dir / "config.json").read_text()
     reloaded = AutoModelForCausalLM.from_pretrained(run_dir)
     assert {type(m) for m in reloaded.modules() if isinstance(m, torch.nn.Linear)} == {torch.nn.Linear}
+
+
+def test_the_clm_default_model_is_pre_norm_and_the_papers_block_is_one_flag_away():
+    """Post-norm sits on the unigram plateau at small budgets (docs/training.md): the CLI's default model must not."""
+    from hf_vanilla.corpora import train_tokenizer
+    from hf_vanilla.training.cli import build_parser, parse
+    from hf_vanilla.training.run import build_config
+    from hf_vanilla.training.tasks import get_task
+
+    clm = get_task("clm")
+    tokenizer = train_tokenizer([" ".join(WORDS)] * 20, kind="bpe", vocab_size=300, add_eos=False)
+
+    def norm(*argv: str, task=clm) -> str:
+        opts = parse(["--task", task.name, "--output-dir", "x", *argv])[1].resolved(task)
+        return build_config(task, tokenizer, None, opts).norm_position
+
+    assert norm() == "pre" and norm("--preset", "tiny") == "pre"
+    assert norm("--config", "norm_position=post") == "post"
+    assert norm("--preset", "transformer-base") == "post"  # a named preset keeps its own layout
+    assert norm(task=get_task("mlm")) == "post"  # the other tasks keep the paper's
+    assert "norm_position=post gives the paper's" in " ".join(build_parser().format_help().split())

@@ -26,7 +26,10 @@ EPILOG = """examples:
   hf-vanilla train --task translation --output-dir runs/bible --preset base --recipe paper
   hf-vanilla train --task classification --output-dir runs/news --config norm_position=pre --config hidden_dropout=0.2
   hf-vanilla train --task clm --output-dir runs/shakespeare --resume      # continue after a stop or Ctrl-C
-  accelerate launch --num_processes 2 -m hf_vanilla.cli train --task mlm --output-dir runs/mlm
+  hf-vanilla train --task clm --output-dir runs/paper-block --config norm_position=post   # the paper's block
+  accelerate launch --multi_gpu --num_processes 2 -m hf_vanilla.cli train --task mlm --output-dir runs/mlm
+      # 2 processes: on GPUs, or on a CPU-only machine joined by gloo (without --multi_gpu accelerate
+      # starts ONE process there); see docs/training.md "Many processes, GPUs and machines"
 """
 
 
@@ -79,14 +82,12 @@ def run_command(argv: list[str], before_run: Callable[[], None] | None = None) -
         return 1
     from accelerate import PartialState
 
+    from .outputs import stop_line
+
     if PartialState().is_main_process:
         summary = {k: v for k, v in result.metrics.items() if isinstance(v, (int, float))}
         print(json.dumps({"run_dir": str(result.run_dir), "metrics": summary, "baseline": result.baseline,
-                          "global_step": result.global_step, "stopped_by_time_limit": _stopped_by_time_limit(result),
+                          "global_step": result.global_step, **result.completion,
                           "time_per_step_s": result.time_per_step_s, "wall_time_s": result.wall_time_s}, indent=1))
+        print(f"hf-vanilla train: {stop_line(result.completion)}", file=sys.stderr)
     return 0
-
-
-def _stopped_by_time_limit(result) -> bool:
-    metrics = json.loads((result.run_dir / "metrics.json").read_text(encoding="utf-8"))
-    return metrics["timing"].get("stopped_by_time_limit_at") is not None

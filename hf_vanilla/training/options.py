@@ -48,7 +48,9 @@ class TrainOptions:
     preset: str = field(default="small", metadata=_opt(
         f"model size ({', '.join(SIZE_PRESETS)}) or a VanillaConfig preset name (transformer-base, gpt2, ...)"))
     config: dict[str, Any] | str | None = field(default=None, metadata=_opt(
-        "a VanillaConfig override as KEY=VALUE (repeat the flag for more; in Python a dict)", action="append",
+        "a VanillaConfig override as KEY=VALUE (repeat the flag for more; in Python a dict). The clm task's "
+        "model is pre-norm, which leaves the unigram plateau at small budgets; norm_position=post gives the "
+        "paper's post-norm block", action="append",
         metavar="KEY=VALUE"))
     init_from: str | None = field(default=None, metadata=_opt("start from this saved model (and its tokenizer)"))
     attn_implementation: Literal["eager", "sdpa", "flex_attention"] | None = field(default=None, metadata=_opt(
@@ -114,7 +116,8 @@ class TrainOptions:
         "opt-in CPU kernels (hf_vanilla.cpu_kernels: oneDNN linear layers, single-token attention), each kept "
         "only for the shapes where it measures faster on this machine; the saved model is unchanged"))
     time_limit_minutes: float | None = field(default=None, metadata=_opt(
-        "stop training after this long, then evaluate and save as usual"))
+        "stop training after this long, then evaluate and save as usual; a run cut short says STOPPED EARLY in "
+        "its summary, metrics.json (stopped_early, stop_reason) and its card"))
     # -- evaluation, logging, checkpoints, outputs
     eval_steps: int | None = field(default=None, metadata=_opt("evaluate every N steps (unset: 8 times per run)"))
     save_steps: int | None = field(default=None, metadata=_opt("checkpoint every N steps (unset: --eval-steps)"))

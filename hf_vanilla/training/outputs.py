@@ -85,14 +85,35 @@ def timing(task: Task, opts: TrainOptions, *, wall_time_s: float, train_time_s: 
     }
 
 
+def completion(*, planned_steps: int, completed_steps: int, time_limit_minutes: float | None,
+               stopped_by_time_limit_at: int | None) -> dict[str, Any]:
+    """Whether training ran every planned step and, if not, what cut it short: metrics.json, the card and the
+    summary lines all say it, since a run cut short reports figures of a shorter run than asked for."""
+    if stopped_by_time_limit_at is not None:
+        reason = (f"the time limit of {time_limit_minutes:g} minutes stopped training at step "
+                  f"{stopped_by_time_limit_at} of {planned_steps}")
+    elif completed_steps < planned_steps:  # a caller's callback set control.should_training_stop
+        reason = f"a callback stopped training at step {completed_steps} of {planned_steps}"
+    else:
+        reason = None
+    return {"planned_steps": planned_steps, "completed_steps": completed_steps, "stopped_early": reason is not None,
+            "stop_reason": reason}
+
+
+def stop_line(done: dict[str, Any]) -> str:
+    """One line for a summary: the steps run, and loudly why they are fewer than planned."""
+    steps = f"{done['completed_steps']} of {done['planned_steps']} planned steps"
+    return f"STOPPED EARLY: {done['stop_reason']} ({steps})" if done["stopped_early"] else f"completed all {steps}"
+
+
 def write_outputs(run_dir: Path, task: Task, *, metrics: dict, baseline: dict, samples: list, timings: dict,
-                  record: dict, log_history: list) -> None:
+                  done: dict, record: dict, log_history: list) -> None:
     """metrics.json, run.json (completed), curves.png and the model card README.md."""
     from ..card import build_model_card
     from ..viz import plot_training_curves
 
-    atomic_write_json(run_dir / "metrics.json", {"task": task.name, "metrics": metrics, "baseline": baseline,
-                                                 "timing": timings, "samples": samples})
+    atomic_write_json(run_dir / "metrics.json", {"task": task.name, **done, "metrics": metrics,
+                                                 "baseline": baseline, "timing": timings, "samples": samples})
     write_run_record(run_dir, record)
     plot_training_curves(log_history, task=task.name, baseline=baseline, path=run_dir / "curves.png")
     atomic_write_text(run_dir / "README.md", build_model_card(run_dir).content)

@@ -55,6 +55,8 @@ class RunResult:
     global_step: int
     wall_time_s: float
     time_per_step_s: float | None
+    #: planned_steps, completed_steps, stopped_early, stop_reason (see :func:`.outputs.completion`)
+    completion: dict[str, Any]
 
 
 def train(task: str, output_dir: str | os.PathLike[str], *, callbacks: Sequence[TrainerCallback] = (),
@@ -196,7 +198,10 @@ def build_config(task: Task, tokenizer, raw, opts: TrainOptions):
 
     if opts.preset not in SIZE_PRESETS and opts.preset not in PRESETS:
         raise ValueError(f"unknown preset {opts.preset!r}; choose one of {sorted({*SIZE_PRESETS, *PRESETS})}")
-    preset = dict(SIZE_PRESETS.get(opts.preset) or PRESETS[opts.preset])
+    if opts.preset in SIZE_PRESETS:  # sizes only: the task's model defaults; a named preset keeps its layout
+        preset: dict[str, Any] = dict(SIZE_PRESETS[opts.preset], **task.model_defaults)
+    else:
+        preset = dict(PRESETS[opts.preset])
     fields: dict[str, Any] = dict(
         architecture=task.family,
         vocab_size=len(tokenizer),
@@ -430,7 +435,7 @@ def finish(task: Task, run_dir: Path, opts: TrainOptions, trainer, raw, data, to
            record: dict, *, t_start: float, train_seconds: float, is_main: bool) -> RunResult:
     """Evaluate, sample, save the model and write the run's records, curves and card."""
     from .metrics import median
-    from .outputs import run_record, timing, write_outputs
+    from .outputs import completion, run_record, stop_line, timing, write_outputs
 
     averaging = average_checkpoints(task, run_dir, opts, trainer, data)
     evaluation = task.evaluate(trainer, data, tokenizer, opts)
@@ -446,17 +451,21 @@ def finish(task: Task, run_dir: Path, opts: TrainOptions, trainer, raw, data, to
     save_final_model(trainer, run_dir, is_main)
     trainer.save_state()
     durations = callbacks.timer.durations
+    stopped_at = callbacks.time_limit.stopped_at if callbacks.time_limit else None
+    done = completion(planned_steps=trainer.args.max_steps, completed_steps=trainer.state.global_step,
+                      time_limit_minutes=opts.time_limit_minutes, stopped_by_time_limit_at=stopped_at)
+    if done["stopped_early"] and is_main:
+        logger.warning("%s; the run's figures are those of a shorter run than planned", stop_line(done))
     result = RunResult(run_dir=run_dir, task=task.name, metrics=evaluation.metrics, baseline=evaluation.baseline,
                        samples=samples, log_history=list(trainer.state.log_history),
                        global_step=trainer.state.global_step, wall_time_s=time.perf_counter() - t_start,
-                       time_per_step_s=median(durations[1:] or durations))
+                       time_per_step_s=median(durations[1:] or durations), completion=done)
     if is_main:
-        stopped_at = callbacks.time_limit.stopped_at if callbacks.time_limit else None
         timings = timing(task, opts, wall_time_s=result.wall_time_s, train_time_s=train_seconds,
                          steps=result.global_step, durations=durations, world=record["world"],
                          stopped_by_time_limit_at=stopped_at)
         write_outputs(run_dir, task, metrics=result.metrics, baseline=result.baseline, samples=samples,
-                      timings=timings, record=run_record(task, opts, status="completed", **record),
+                      timings=timings, done=done, record=run_record(task, opts, status="completed", **record),
                       log_history=result.log_history)
     return result
 

@@ -38,6 +38,9 @@ class Task:
     pipeline_tag: ClassVar[str]
     #: Values for options left at ``None`` (tokenizer, learning rate, batch size, recipe).
     defaults: ClassVar[dict[str, Any]]
+    #: VanillaConfig fields of the task's fresh model from a size preset (tiny/small/base), under ``--config``:
+    #: what trains well at small budgets, where the paper's choice does not (named in ``--config``'s help).
+    model_defaults: ClassVar[dict[str, Any]] = {}
     #: (metric key suffix, model-index metric type, display name) reported in the card.
     card_metrics: ClassVar[tuple[tuple[str, str, str], ...]]
     seq2seq: ClassVar[bool] = False  # trained with Seq2SeqTrainer / Seq2SeqTrainingArguments

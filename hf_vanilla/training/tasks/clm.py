@@ -26,6 +26,8 @@ class CausalLM(LanguageModelTask):
     model_class = "VanillaForCausalLM"
     pipeline_tag = "text-generation"
     defaults = dict(tokenizer="bpe", learning_rate=1e-3, batch_size=32, recipe="default")
+    # The paper's post-norm decoder sat on the unigram plateau for most of a few-hundred-step run (docs/training.md).
+    model_defaults = dict(norm_position="pre")
     card_metrics = (("perplexity", "perplexity", "Perplexity"), ("accuracy", "accuracy", "Next-token accuracy"))
     shift, join_with_eos, shakespeare_sample_by = True, True, "document"
 
