@@ -4,12 +4,18 @@ Each document's examples run in order in one namespace (later examples use earli
 fresh working directory holding the files they name (a tiny GPT-2 at ``path/to/gpt2``, ``my.txt``, ...),
 built here offline. Examples that talk to the Hugging Face Hub are skipped (tests have no network; the
 push code itself is tested against a local Hub server in test_hub.py); the list below says which and why.
+
+docs/deploying.md takes a run through optional tools, one section each: a section runs on its own (after
+the sections it continues), where its tool is installed, and its results are checked (parity, losses).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import random
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,6 +25,7 @@ import hf_vanilla as hv
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
+BY_SECTION = "docs/deploying.md"  # its examples run section by section (below), each where its tool is installed
 
 #: (document, example index) -> why it does not run in the tests.
 NEEDS_THE_HUB = {
@@ -31,7 +38,21 @@ WORDS = "the king queen crown sword castle night day love war peace speak hear s
 
 
 def examples(document: str) -> list[str]:
-    return re.findall(r"```python\n(.*?)```", (ROOT / document).read_text(encoding="utf-8"), flags=re.DOTALL)
+    return _python_blocks((ROOT / document).read_text(encoding="utf-8"))
+
+
+def sections(document: str) -> dict[str, list[str]]:
+    """Each ``## `` heading's Python examples, in order (the text before the first heading is left out)."""
+    parts = re.split(r"^## (.+)$", (ROOT / document).read_text(encoding="utf-8"), flags=re.MULTILINE)
+    return {heading.strip(): _python_blocks(body) for heading, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def _python_blocks(markdown: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", markdown, flags=re.DOTALL)
+
+
+def run_example(block: str, namespace: dict, label: str) -> None:
+    exec(compile(block, label, "exec"), namespace)
 
 
 def _text_file(path: Path, lines: int) -> None:
@@ -62,13 +83,17 @@ def _tiny_marian(folder: Path) -> None:
                                max_position_embeddings=32, pad_token_id=1, decoder_start_token_id=1)).save_pretrained(folder)
 
 
-def _tiny_run_model(folder: Path) -> None:
-    """The model files a causal-LM run leaves (what the docs load from ``runs/clm``)."""
+def _tiny_run_model(folder: Path, preset: str = "tiny-gpt2", head: type = hv.VanillaForCausalLM, add_eos: bool = False,
+                    **overrides) -> None:
+    """The model files a run leaves (what the docs load from ``runs/clm``, ``runs/main-shakespeare``, ...)."""
     from hf_vanilla.corpora import train_tokenizer
 
-    tokenizer = train_tokenizer([" ".join(WORDS)] * 20, kind="bpe", vocab_size=300, add_eos=False)
-    config = hv.VanillaConfig.from_preset("tiny-gpt2", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
-    hv.VanillaForCausalLM(config).save_pretrained(folder)
+    tokenizer = train_tokenizer([" ".join(WORDS)] * 20, kind="bpe", vocab_size=300, add_eos=add_eos)
+    torch.manual_seed(0)
+    config = hv.VanillaConfig.from_preset(preset, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                                          **overrides)
+    head(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
 
 
@@ -83,15 +108,13 @@ def setup(document: str, folder: Path) -> dict:
         _tiny_marian(folder / "path/to/opus-mt-en-de")
     elif document == "docs/hub.md":
         namespace["model"] = hv.VanillaForCausalLM(hv.VanillaConfig.from_preset("tiny-gpt2"))
-    elif document == "docs/deploying.md":
-        _tiny_run_model(folder / "runs/clm")
     elif document in ("docs/training.md", "docs/finetuning.md"):
         _text_file(folder / "my.txt", 600)
         _tiny_run_model(folder / "runs/clm")
     return namespace
 
 
-@pytest.mark.parametrize("document", DOCUMENTS)
+@pytest.mark.parametrize("document", [document for document in DOCUMENTS if document != BY_SECTION])
 def test_document_examples_run(document, tmp_path, monkeypatch, capsys):
     blocks = examples(document)
     monkeypatch.chdir(tmp_path)
@@ -100,7 +123,7 @@ def test_document_examples_run(document, tmp_path, monkeypatch, capsys):
     for index in range(len(blocks)):
         if (document, index) in NEEDS_THE_HUB:
             continue
-        exec(compile(blocks[index], f"{document} example {index}", "exec"), namespace)
+        run_example(blocks[index], namespace, f"{document} example {index}")
         if document == "README.md":  # each README example prints what it shows
             assert capsys.readouterr().out.strip(), index
         ran += 1
@@ -228,3 +251,129 @@ def test_the_readmes_torch_spec_reaches_pip_as_written(tmp_path):
 
 def test_the_setup_default_installs_the_pinned_torch(tmp_path):
     assert _setup_calls("bash scripts/test.sh", tmp_path)[1] == "-m pip install -q torch==2.13.0"
+
+
+# --------------------------------------------------------------------------------------------------
+# docs/deploying.md: one section per tool
+# --------------------------------------------------------------------------------------------------
+
+#: Verses in the default held-out books (and one to train on), for the Bible fixture the translation task reads.
+VERSES = {("Gen", 1, 1): ("In the beginning.", "En el principio."), ("Ruth", 1, 1): ("Now it came to pass.", "Y aconteció."),
+          ("John", 1, 1): ("In the beginning was the Word.", "En el principio era el Verbo."),
+          ("John", 1, 2): ("The same was in the beginning.", "Este era en el principio.")}
+
+
+def _deploying_runs(folder: Path) -> None:
+    """The run folders docs/deploying.md starts from, tiny, shaped like the jobs that write them."""
+    _tiny_run_model(folder / "runs/main-shakespeare", "tiny-transformer", architecture="decoder", norm_position="pre",
+                    add_eos=True)  # the main job: the paper's block, pre-norm; its tokenizer appends EOS
+    _tiny_run_model(folder / "runs/translation", "tiny-transformer", hv.VanillaForSeq2SeqLM, add_eos=True,
+                    norm_position="pre", decoder_start_token_id=2)
+    _tiny_run_model(folder / "runs/llama-shakespeare", "tiny-llama", add_eos=True)
+
+
+def _held_out_corpora(request: pytest.FixtureRequest, folder: Path) -> None:
+    """The Shakespeare and Bible loaders read fixture archives (the corpus tests' own) from a private cache."""
+    from hf_vanilla import corpora
+    from tests.corpus_fixtures import make_bible_debs, pin
+
+    request.getfixturevalue("corpus_cache")
+    corpora.fetch_corpus("shakespeare", source=request.getfixturevalue("shakespeare_src"))
+    en = {verse: pair[0] for verse, pair in VERSES.items()}
+    es = {verse: pair[1] for verse, pair in VERSES.items()}
+    debs = make_bible_debs(folder / "bible", en=en, es=es, books=corpora.KJV_VERSIFICATION)
+    pin(request.getfixturevalue("monkeypatch"), "bible-en-es", debs)
+    corpora.fetch_corpus("bible-en-es", source=folder / "bible")
+
+
+def _sft_trained(ns: dict) -> None:
+    losses = ns["losses"]
+    assert len(losses) == 5 and all(math.isfinite(loss) for loss in losses) and losses[-1] < losses[0], losses
+    from transformers import AutoModelForCausalLM
+
+    before = AutoModelForCausalLM.from_pretrained("runs/main-shakespeare").state_dict()
+    after = AutoModelForCausalLM.from_pretrained("runs/sonnet-sft").state_dict()
+    assert before.keys() == after.keys()
+    assert not all(torch.equal(before[name], after[name]) for name in before)  # the saved folder is the trained one
+
+
+def _lm_eval_scored(ns: dict) -> None:
+    from lm_eval.models.huggingface import HFLM
+
+    scores, translation = ns["scores"], ns["translation"]
+    assert scores["sample_len"] == 2  # Macbeth and Much Ado, whole
+    assert 1 < scores["byte_perplexity,none"] < math.inf and scores["bits_per_byte,none"] > 0
+    assert translation["sample_len"] == 2 and 0 <= translation["bleu,none"] <= 100  # John 1:1-2
+    with pytest.raises(ValueError, match="does not fit architecture='encoder-decoder'"):
+        HFLM(pretrained="runs/translation", device="cpu")  # what the page says happens without backend="seq2seq"
+
+
+def _exported(ns: dict) -> None:
+    assert ns["stepped"].shape == ns["eager"].shape and ns["export_diff"] < 1e-5
+
+
+def _lowered(ns: dict) -> None:
+    assert ns["on_device"].shape == ns["eager"].shape and ns["executorch_diff"] < 1e-4
+
+
+def _onnx_matches(ns: dict) -> None:
+    assert len(ns["onnx_diffs"]) == 2 and max(ns["onnx_diffs"].values()) < 1e-4, ns["onnx_diffs"]
+
+
+def _quantized(ns: dict) -> None:
+    # Quantized for real (the logits moved), and close: int8 weights on the tiny model move logits by ~1e-3.
+    assert all(0 < diff < 0.05 for diff in ns["int8_diffs"].values()) and len(ns["int8_diffs"]) == 2, ns["int8_diffs"]
+
+
+def _gguf_matches(ns: dict) -> None:
+    assert ns["gguf_diffs"]["f32"] == 0.0  # to_hf and the f32 GGUF are exact
+    assert 0 < ns["gguf_diffs"]["q8_0"] < 0.05, ns["gguf_diffs"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolSection:
+    needs: tuple[str, ...]  # the modules its examples import beyond the package's own dependencies
+    check: Callable[[dict], None]  # what must hold in the namespace the examples leave
+    after: str | None = None  # the section it continues from
+    corpora: bool = False  # reads the held-out splits through hf_vanilla.corpora
+    slow: bool = False
+
+
+def _generated_unsplit(ns: dict) -> None:
+    # Run as plain python the example is one process, unsplit; tests/test_tensor_parallel.py runs it under torchrun.
+    prompt = ns["tokenizer"](["the king"], return_tensors="pt").input_ids
+    assert ns["tokens"].shape == (1, prompt.shape[1] + 8) and torch.equal(ns["tokens"][:, : prompt.shape[1]], prompt)
+
+
+DEPLOYING = {
+    "Fine-tuning further with TRL": ToolSection(("trl",), _sft_trained),
+    "Evaluating with lm-evaluation-harness": ToolSection(("lm_eval",), _lm_eval_scored, corpora=True),
+    "torch.export": ToolSection((), _exported),
+    "ExecuTorch": ToolSection(("executorch",), _lowered, after="torch.export", slow=True),
+    "ONNX and onnxruntime": ToolSection(("onnx", "onnxscript", "onnxruntime"), _onnx_matches),
+    "int8 with torchao": ToolSection(("torchao",), _quantized),
+    "GGUF for llama.cpp, through `to_hf`": ToolSection(("convert_hf_to_gguf", "gguf"), _gguf_matches),
+    "Tensor parallelism": ToolSection((), _generated_unsplit),
+}
+
+
+def test_every_deploying_example_has_a_check():
+    assert {heading for heading, blocks in sections(BY_SECTION).items() if blocks} == set(DEPLOYING)
+
+
+@pytest.mark.parametrize("heading", [pytest.param(heading, marks=[pytest.mark.slow] if tool.slow else [])
+                                     for heading, tool in DEPLOYING.items()])
+def test_deploying_section_runs(heading, tmp_path, monkeypatch, request):
+    tool = DEPLOYING[heading]
+    for module in tool.needs:
+        pytest.importorskip(module, reason=f"{BY_SECTION} '{heading}' needs {module} (pip install -e '.[deploy]')")
+    monkeypatch.chdir(tmp_path)
+    _deploying_runs(tmp_path)
+    if tool.corpora:
+        _held_out_corpora(request, tmp_path)
+    every = sections(BY_SECTION)
+    namespace: dict = {}
+    for name in ([tool.after] if tool.after else []) + [heading]:
+        for index, block in enumerate(every[name]):
+            run_example(block, namespace, f"{BY_SECTION} '{name}' example {index}")
+    tool.check(namespace)

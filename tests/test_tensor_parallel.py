@@ -241,8 +241,8 @@ def one_process(folder: Path, spec: dict) -> dict:
 
 
 def documented_run(folder: Path) -> tuple[str, str]:
-    """``runs/clm`` of the docs example (a tiny decoder and tokenizer), and what the example prints in one process."""
-    run = folder / "runs/clm"
+    """``runs/main-shakespeare`` of the docs example (a tiny decoder and tokenizer), and what the example prints in one process."""
+    run = folder / "runs/main-shakespeare"
     tokenizer = tiny_tokenizer("decoder")
     config = tiny_config("decoder", "rope", gated_ffn=True, vocab_size=len(tokenizer), tie_word_embeddings=False)
     torch.manual_seed(0)

@@ -40,7 +40,7 @@ def run_case(folder: Path, spec: dict) -> dict:
 
 
 def run_documented_example(folder: Path, source: str) -> str:
-    """The example as a user runs it: in the folder that holds ``runs/clm``, its printed text captured."""
+    """The example as a user runs it: in the folder that holds ``runs/main-shakespeare``, its printed text captured."""
     printed = io.StringIO()
     with contextlib.chdir(folder), contextlib.redirect_stdout(printed):
         exec(compile(source, "docs/deploying.md (tensor parallelism)", "exec"), {"__name__": "__main__"})
