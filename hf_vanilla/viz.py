@@ -897,7 +897,8 @@ def load_model_and_tokenizer(model_dir: str | Path) -> tuple[torch.nn.Module, An
     return model, AutoTokenizer.from_pretrained(model_dir)
 
 
-def _run_attention(args: argparse.Namespace) -> int:
+def run_attention(args: argparse.Namespace) -> int:
+    """``hf-vanilla attention`` (its arguments: :mod:`hf_vanilla.commands`)."""
     try:
         model, tokenizer = load_model_and_tokenizer(args.model_dir)
         maps = attention_maps(model, tokenizer, args.text, target=args.target, max_new_tokens=args.max_new_tokens,
@@ -915,7 +916,8 @@ def _run_attention(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_positions(args: argparse.Namespace) -> int:
+def run_positions(args: argparse.Namespace) -> int:
+    """``hf-vanilla positions`` (its arguments: :mod:`hf_vanilla.commands`)."""
     try:
         config = model = None
         if args.model is not None:
@@ -930,43 +932,9 @@ def _run_positions(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_cli(subparsers: Any) -> None:
-    """``hf-vanilla attention`` and ``hf-vanilla positions``."""
-    attention = subparsers.add_parser(
-        "attention",
-        help="draw a model's attention on a text",
-        description="Run TEXT through the model in MODEL_DIR and draw its attention: all layers x heads by "
-        "default, one layer with --layer, one head across layers with --head, one head with both.",
-    )
-    attention.add_argument("model_dir", metavar="MODEL_DIR", help="a directory written by save_pretrained (model and tokenizer)")
-    attention.add_argument("text", help="the input text")
-    attention.add_argument("--out", required=True, type=Path, help="PNG file to write")
-    attention.add_argument("--layer", type=int, help="only this layer (0-based)")
-    attention.add_argument("--head", type=int, help="only this head (0-based)")
-    attention.add_argument("--cross", action="store_true", help="cross-attention (encoder-decoder models)")
-    attention.add_argument("--average", action="store_true",
-                           help="one map: the mean of the selected layers and heads (with --cross: the alignment)")
-    attention.add_argument("--stack", choices=("encoder", "decoder"),
-                           help="which self-attention of an encoder-decoder (default: encoder)")
-    attention.add_argument("--target", help="decoder text of an encoder-decoder (default: the model's greedy output)")
-    attention.add_argument("--max-new-tokens", type=int, default=32, help="length of that greedy output")
-    attention.set_defaults(func=_run_attention)
-
-    positions = subparsers.add_parser(
-        "positions",
-        help="draw the positional schemes",
-        description="Write pictures of the sinusoidal table, RoPE, ALiBi, T5 relative bias and how each changes "
-        "scores with distance into DIR (positions-*.png).",
-    )
-    positions.add_argument("--out", required=True, type=Path, metavar="DIR", help="directory for the PNG files")
-    positions.add_argument("--model", metavar="MODEL_DIR", help="size the pictures like this model (and draw its trained relative bias)")
-    positions.set_defaults(func=_run_positions)
-
-
 __all__ = [
     "AttentionMaps",
     "Picture",
-    "add_cli",
     "alibi_bias",
     "attention_cost",
     "attention_maps",
@@ -989,6 +957,8 @@ __all__ = [
     "plot_sinusoidal",
     "relative_bias",
     "rope_scores",
+    "run_attention",
+    "run_positions",
     "scores_vs_distance",
     "write_positional_figures",
 ]
