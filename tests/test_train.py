@@ -555,6 +555,26 @@ def test_resume_after_a_kill_while_the_tokenizer_was_written(reference_run, tmp_
     assert result.global_step == 9 and losses(run_dir) == losses(reference_run[0])
 
 
+def test_no_lock_file_is_left_beside_a_finished_run(reference_run):
+    run_dir, _ = reference_run
+    assert [p.name for p in run_dir.parent.iterdir()] == [run_dir.name]
+
+
+def test_run_lock_refuses_a_live_holder_and_not_a_dead_ones_file(tmp_path):
+    """filelock (portable) keeps fcntl's semantics: held means refused, naming the holder; a file left by a killed
+    process does not block; the lock file goes with the lock."""
+    from hf_vanilla.training import rundir
+
+    run_dir = tmp_path / "run"
+    path = rundir.lock_path(run_dir)
+    path.write_text("999999\n")  # left by a killed process: nobody holds it
+    with rundir.locked(run_dir):
+        assert path.read_text() == f"{os.getpid()}\n"
+        with pytest.raises(T.RunDirectoryBusyError, match=f"pid {os.getpid()}"), rundir.locked(run_dir):
+            pass
+    assert not path.exists()
+
+
 def test_a_second_writer_is_refused(reference_run, tmp_path):
     script = tmp_path / "killable.py"
     script.write_text(_KILLABLE)
@@ -650,7 +670,7 @@ def test_ctrl_c_before_training_leaves_no_run_behind(corpus, tmp_path, monkeypat
     stop = _until_ctrl_c(T.train, "clm", run_dir, **dict(TINY, data_files=text_files(corpus)))
     assert stop.checkpoint is None
     assert "nothing was trained" in str(stop) and "run the same command" in str(stop)
-    assert not run_dir.exists() and sorted(p.name for p in tmp_path.iterdir()) == [".run.lock"]
+    assert not run_dir.exists() and sorted(p.name for p in tmp_path.iterdir()) == []  # no lock file left either
 
 
 def test_ctrl_c_before_training_keeps_an_empty_output_dir_empty(corpus, tmp_path, monkeypatch):
