@@ -125,6 +125,24 @@ def test_macro_f1_matches_the_definition():
     assert M.macro_f1(gold, pred) == pytest.approx(sum(f1) / 3)
 
 
+def test_unigram_counts_count_every_token_of_every_row():
+    from collections import Counter
+
+    from datasets import Dataset
+
+    rows = [[3, 1, 1], [], [0, 3, 3, 3], *([[2]] * 1500)]  # more than one 1000-row chunk, an empty row
+    expected = Counter(t for row in rows for t in row)
+    counts = M.unigram_counts(Dataset.from_dict({"input_ids": rows}), vocab_size=6)
+    assert counts == [expected[t] for t in range(6)] and all(type(c) is int for c in counts)
+
+
+def test_median_step_time_leaves_out_the_warm_up_step():
+    from hf_vanilla.training.outputs import median_step_time
+
+    assert median_step_time([9.0, 1.0, 3.0, 2.0, 4.0]) == 2.5 and median_step_time([9.0, 1.0, 3.0, 2.0]) == 2.0
+    assert median_step_time([7.0]) == 7.0 and median_step_time([]) is None
+
+
 def test_parse_data_files_and_config_values():
     assert sources.parse_data_files(["a.txt", "b.txt"]) == ["a.txt", "b.txt"]
     assert sources.parse_data_files(["train=a.txt", "validation=b.txt", "c=d.txt"]) == {

@@ -427,8 +427,7 @@ def interrupted(run_dir: Path, is_main: bool, stage: str, last: str | None,
 def finish(task: Task, run_dir: Path, opts: TrainOptions, trainer, raw, data, tokenizer, callbacks: RunCallbacks,
            record: dict, *, t_start: float, train_seconds: float, is_main: bool) -> RunResult:
     """Evaluate, sample, save the model and write the run's records, curves and card."""
-    from .metrics import median
-    from .outputs import run_record, timing, write_outputs
+    from .outputs import median_step_time, run_record, timing, write_outputs
 
     averaging = average_checkpoints(task, run_dir, opts, trainer, data)
     evaluation = task.evaluate(trainer, data, tokenizer, opts)
@@ -447,7 +446,7 @@ def finish(task: Task, run_dir: Path, opts: TrainOptions, trainer, raw, data, to
     result = RunResult(run_dir=run_dir, task=task.name, metrics=evaluation.metrics, baseline=evaluation.baseline,
                        samples=samples, log_history=list(trainer.state.log_history),
                        global_step=trainer.state.global_step, wall_time_s=time.perf_counter() - t_start,
-                       time_per_step_s=median(durations[1:] or durations))
+                       time_per_step_s=median_step_time(durations))
     if is_main:
         stopped_at = callbacks.time_limit.stopped_at if callbacks.time_limit else None
         timings = timing(task, opts, wall_time_s=result.wall_time_s, train_time_s=train_seconds,
