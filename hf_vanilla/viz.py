@@ -190,7 +190,7 @@ def attention_maps(
     encoded = tokenizer(text, return_tensors="pt")
     input_ids = encoded["input_ids"].to(device)
     family = model_family(model)
-    tokens = tokenizer.convert_ids_to_tokens(input_ids[0].tolist())
+    tokens = token_labels(tokenizer, input_ids[0].tolist())
     if family != "encoder-decoder":
         weights = collect_attentions(model, input_ids=input_ids)
         return AttentionMaps({k: v[0] for k, v in weights.items()}, {family: tokens}, title)
@@ -206,8 +206,14 @@ def attention_maps(
     else:  # a bare model cannot generate: the decoder sees only its start token
         decoder_input_ids = torch.full_like(input_ids[:, :1], start)
     weights = collect_attentions(model, input_ids=input_ids, decoder_input_ids=decoder_input_ids)
-    decoder_tokens = tokenizer.convert_ids_to_tokens(decoder_input_ids[0].tolist())
+    decoder_tokens = token_labels(tokenizer, decoder_input_ids[0].tolist())
     return AttentionMaps({k: v[0] for k, v in weights.items()}, {"encoder": tokens, "decoder": decoder_tokens}, title)
+
+
+def token_labels(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+    """Each token as the tokenizer's own decoding writes it (byte-level ``Ġcat`` is `` cat``), not its raw
+    vocabulary entry; a token that decodes to nothing keeps its entry."""
+    return [tokenizer.convert_tokens_to_string([token]) or token for token in tokenizer.convert_ids_to_tokens(ids)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -960,5 +966,6 @@ __all__ = [
     "run_attention",
     "run_positions",
     "scores_vs_distance",
+    "token_labels",
     "write_positional_figures",
 ]

@@ -573,6 +573,17 @@ def test_resume_after_a_kill_while_the_tokenizer_was_written(reference_run, tmp_
     assert result.global_step == 9 and losses(run_dir) == losses(reference_run[0])
 
 
+def test_saved_run_loads_as_a_user_expects(reference_run):
+    """Issue 24: the tokenizer said 128 (the training block) for a 512-position model, and config.json kept the
+    use_cache=False that training set."""
+    from transformers import AutoTokenizer
+
+    run_dir, _ = reference_run
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["max_position_embeddings"] == 512 and config.get("use_cache", True) is True
+    assert AutoTokenizer.from_pretrained(run_dir).model_max_length == config["max_position_embeddings"]
+
+
 def test_no_lock_file_is_left_beside_a_finished_run(reference_run):
     run_dir, _ = reference_run
     assert [p.name for p in run_dir.parent.iterdir()] == [run_dir.name]
