@@ -63,5 +63,13 @@ def _register_peft_defaults(model_type: str) -> None:
     constants.TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.setdefault(model_type, ["q_proj", "v_proj"])
 
 
-if Path(sys.argv[0]).name != "hf-vanilla":  # the console script registers when a subcommand runs
+def _started_as_command() -> bool:
+    """Whether this process is the ``hf-vanilla`` command: its console script (``hf-vanilla.exe`` on Windows)
+    or ``python -m hf_vanilla.cli`` (as ``accelerate launch -m hf_vanilla.cli`` starts it)."""
+    argv = getattr(sys, "orig_argv", [])
+    by_module = any(a == "-m" and b == "hf_vanilla.cli" for a, b in zip(argv, argv[1:], strict=False))
+    return by_module or Path(sys.argv[0]).stem == "hf-vanilla"
+
+
+if not _started_as_command():  # the command registers when a subcommand runs
     register()

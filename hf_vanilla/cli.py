@@ -1,7 +1,8 @@
 """`hf-vanilla` command line: thin dispatch to the modules that do the work.
 
-A subcommand's module is imported only when that subcommand runs, so ``hf-vanilla --help`` imports no
-torch. A module either exposes ``run_command(argv) -> int`` (it parses its own arguments) or
+A subcommand's module is imported only when that subcommand is named, and defines its arguments without
+importing torch, transformers, matplotlib or datasets, so every ``--help`` answers at once; the work is
+imported when the command runs. A module either exposes ``run_command(argv) -> int`` (it parses its own arguments) or
 ``add_cli(subparsers)`` (it adds its parser and sets ``func``, a callable taking the parsed arguments
 and returning an exit code).
 """
@@ -12,7 +13,7 @@ import argparse
 import importlib
 import sys
 
-from . import register
+from . import __version__, register
 
 #: name -> (module, one-line help), in the order `--help` lists them.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -20,8 +21,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "convert": ("hf_vanilla.convert", "convert a checkpoint between native transformers and hf_vanilla"),
     "push": ("hf_vanilla.hub", "upload a training run (model, code, tokenizer, card) to the Hub in one commit"),
     "bench": ("hf_vanilla.bench", "benchmark against transformers' Llama, GPT-2, BERT and BART"),
-    "attention": ("hf_vanilla.viz", "draw a model's attention on a text"),
-    "positions": ("hf_vanilla.viz", "draw the positional schemes"),
+    "attention": ("hf_vanilla.commands", "draw a model's attention on a text"),
+    "positions": ("hf_vanilla.commands", "draw the positional schemes"),
+    "generate": ("hf_vanilla.commands", "generate text with a trained causal LM or translation model"),
+    "evaluate": ("hf_vanilla.commands", "held-out metrics of a saved training run"),
 }
 
 
@@ -31,6 +34,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="hf-vanilla",
         description="The transformer of 'Attention Is All You Need' as Hugging Face models.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = COMMANDS[command][0] if command in COMMANDS else None
     for name, (module, help_text) in COMMANDS.items():

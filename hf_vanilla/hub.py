@@ -227,7 +227,7 @@ def push_run(
         operations.setdefault(source.name, source)
     card = model_card_text(folder, repo_id, rebuild_card=rebuild_card)
     if plan.skipped:
-        logger.warning(
+        logger.info(  # PushResult.skipped has them too, and the command prints them: said once
             "not uploading %s (not needed to load the model; name a file with include=/--include to upload it)",
             ", ".join(plan.skipped),
         )

@@ -190,7 +190,7 @@ def attention_maps(
     encoded = tokenizer(text, return_tensors="pt")
     input_ids = encoded["input_ids"].to(device)
     family = model_family(model)
-    tokens = tokenizer.convert_ids_to_tokens(input_ids[0].tolist())
+    tokens = token_labels(tokenizer, input_ids[0].tolist())
     if family != "encoder-decoder":
         weights = collect_attentions(model, input_ids=input_ids)
         return AttentionMaps({k: v[0] for k, v in weights.items()}, {family: tokens}, title)
@@ -206,8 +206,14 @@ def attention_maps(
     else:  # a bare model cannot generate: the decoder sees only its start token
         decoder_input_ids = torch.full_like(input_ids[:, :1], start)
     weights = collect_attentions(model, input_ids=input_ids, decoder_input_ids=decoder_input_ids)
-    decoder_tokens = tokenizer.convert_ids_to_tokens(decoder_input_ids[0].tolist())
+    decoder_tokens = token_labels(tokenizer, decoder_input_ids[0].tolist())
     return AttentionMaps({k: v[0] for k, v in weights.items()}, {"encoder": tokens, "decoder": decoder_tokens}, title)
+
+
+def token_labels(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+    """Each token as the tokenizer's own decoding writes it (byte-level ``Ġcat`` is `` cat``), not its raw
+    vocabulary entry; a token that decodes to nothing keeps its entry."""
+    return [tokenizer.convert_tokens_to_string([token]) or token for token in tokenizer.convert_ids_to_tokens(ids)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -897,7 +903,8 @@ def load_model_and_tokenizer(model_dir: str | Path) -> tuple[torch.nn.Module, An
     return model, AutoTokenizer.from_pretrained(model_dir)
 
 
-def _run_attention(args: argparse.Namespace) -> int:
+def run_attention(args: argparse.Namespace) -> int:
+    """``hf-vanilla attention`` (its arguments: :mod:`hf_vanilla.commands`)."""
     try:
         model, tokenizer = load_model_and_tokenizer(args.model_dir)
         maps = attention_maps(model, tokenizer, args.text, target=args.target, max_new_tokens=args.max_new_tokens,
@@ -915,7 +922,8 @@ def _run_attention(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_positions(args: argparse.Namespace) -> int:
+def run_positions(args: argparse.Namespace) -> int:
+    """``hf-vanilla positions`` (its arguments: :mod:`hf_vanilla.commands`)."""
     try:
         config = model = None
         if args.model is not None:
@@ -930,43 +938,9 @@ def _run_positions(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_cli(subparsers: Any) -> None:
-    """``hf-vanilla attention`` and ``hf-vanilla positions``."""
-    attention = subparsers.add_parser(
-        "attention",
-        help="draw a model's attention on a text",
-        description="Run TEXT through the model in MODEL_DIR and draw its attention: all layers x heads by "
-        "default, one layer with --layer, one head across layers with --head, one head with both.",
-    )
-    attention.add_argument("model_dir", metavar="MODEL_DIR", help="a directory written by save_pretrained (model and tokenizer)")
-    attention.add_argument("text", help="the input text")
-    attention.add_argument("--out", required=True, type=Path, help="PNG file to write")
-    attention.add_argument("--layer", type=int, help="only this layer (0-based)")
-    attention.add_argument("--head", type=int, help="only this head (0-based)")
-    attention.add_argument("--cross", action="store_true", help="cross-attention (encoder-decoder models)")
-    attention.add_argument("--average", action="store_true",
-                           help="one map: the mean of the selected layers and heads (with --cross: the alignment)")
-    attention.add_argument("--stack", choices=("encoder", "decoder"),
-                           help="which self-attention of an encoder-decoder (default: encoder)")
-    attention.add_argument("--target", help="decoder text of an encoder-decoder (default: the model's greedy output)")
-    attention.add_argument("--max-new-tokens", type=int, default=32, help="length of that greedy output")
-    attention.set_defaults(func=_run_attention)
-
-    positions = subparsers.add_parser(
-        "positions",
-        help="draw the positional schemes",
-        description="Write pictures of the sinusoidal table, RoPE, ALiBi, T5 relative bias and how each changes "
-        "scores with distance into DIR (positions-*.png).",
-    )
-    positions.add_argument("--out", required=True, type=Path, metavar="DIR", help="directory for the PNG files")
-    positions.add_argument("--model", metavar="MODEL_DIR", help="size the pictures like this model (and draw its trained relative bias)")
-    positions.set_defaults(func=_run_positions)
-
-
 __all__ = [
     "AttentionMaps",
     "Picture",
-    "add_cli",
     "alibi_bias",
     "attention_cost",
     "attention_maps",
@@ -989,6 +963,9 @@ __all__ = [
     "plot_sinusoidal",
     "relative_bias",
     "rope_scores",
+    "run_attention",
+    "run_positions",
     "scores_vs_distance",
+    "token_labels",
     "write_positional_figures",
 ]

@@ -358,6 +358,8 @@ def test_push_and_load_elsewhere_through_the_real_client_without_a_prompt(
                                 cwd=REPO_ROOT, timeout=300)  # fmt: skip
         assert pushed.returncode == 0, pushed.stderr[-3000:]
         assert "left local" in pushed.stdout and "token" in pushed.stdout
+        said = (pushed.stdout + pushed.stderr).splitlines()
+        assert sum("not needed to load" in line for line in said) == 1, said  # the skip list once, not twice
         files = hub.files_at(f"{USER}/tiny-clm")
         assert sorted(files) == [".gitattributes", *SHARED_RUN_FILES] and len(hub.repos[f"{USER}/tiny-clm"].commits) == 2
         assert files["model.safetensors"] == (run / "model.safetensors").read_bytes()

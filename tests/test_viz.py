@@ -297,6 +297,22 @@ def test_cli_draws_a_saved_models_attention(tmp_path, capsys):
     assert not (tmp_path / "x.png").exists()
 
 
+def test_token_labels_are_readable_without_byte_level_markers():
+    """Issue 24: attention plots labelled GPT-2-style tokens with their raw 'Ġ' markers."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    backend = ByteLevelBPETokenizer()
+    backend.train_from_iterator(["the cat sat on the mat"] * 20, vocab_size=300, min_frequency=1)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend._tokenizer)
+    text = "the cat sat on the mat"
+    ids = tokenizer(text)["input_ids"]
+    assert any("Ġ" in token for token in tokenizer.convert_ids_to_tokens(ids))  # the raw entries have them
+    labels = viz.token_labels(tokenizer, ids)
+    assert not any("Ġ" in label for label in labels) and "".join(labels) == text
+    assert labels == [tokenizer.decode([i]) for i in ids]
+
+
 def test_cli_positions_writes_every_picture(tmp_path):
     assert cli.main(["positions", "--out", str(tmp_path / "pos")]) == 0
     names = sorted(p.name for p in (tmp_path / "pos").iterdir())

@@ -27,20 +27,24 @@ before it can overwrite the last good checkpoint; nothing is lost on a mistyped 
 writer, Ctrl-C, a full disk or a damaged checkpoint.
 """
 
-from .options import SIZE_PRESETS, TrainOptions
-from .run import RunResult, TrainingDivergedError, TrainingInterruptedError, train
-from .rundir import RunDirectoryBusyError
-from .tasks import TASKS, Task, get_task
 
-__all__ = [
-    "SIZE_PRESETS",
-    "TASKS",
-    "RunDirectoryBusyError",
-    "RunResult",
-    "Task",
-    "TrainOptions",
-    "TrainingDivergedError",
-    "TrainingInterruptedError",
-    "get_task",
-    "train",
-]
+import importlib
+
+#: Public name -> the submodule that defines it; loaded on first use, so that ``hf-vanilla train --help``
+#: (which reads only :mod:`.options` and :mod:`.cli`) imports no torch.
+_PUBLIC = {
+    "SIZE_PRESETS": "options", "TrainOptions": "options",
+    "RunResult": "run", "TrainingDivergedError": "run", "TrainingInterruptedError": "run", "train": "run",
+    "RunDirectoryBusyError": "rundir",
+    "TASKS": "tasks", "Task": "tasks", "get_task": "tasks",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
+    globals()[name] = value
+    return value

@@ -1,6 +1,8 @@
-"""``hf-vanilla train``: the command line, built from :class:`TrainOptions` by transformers' ``HfArgumentParser``.
+"""``hf-vanilla train``: the command line, built from the fields of :class:`TrainOptions` (one flag each).
 
-Importing this module (and building the parser) imports neither torch nor a model, so ``--help`` is quick.
+The parser is built here with argparse, the way transformers' ``HfArgumentParser`` would build it (both
+``--max_steps`` and ``--max-steps``, ``Literal`` choices, ``list`` fields taking several values, ``--flag``
+for a bool), but without importing transformers: ``hf-vanilla train --help`` imports no torch or transformers.
 """
 
 from __future__ import annotations
@@ -9,10 +11,11 @@ import argparse
 import dataclasses
 import json
 import sys
+import types
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-from transformers import HfArgumentParser
+from typing import Any, Literal
 
 from .options import TrainOptions
 from .tasks import TASKS
@@ -50,14 +53,58 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         return super()._get_help_string(action)
 
 
-def build_parser(prog: str = "hf-vanilla train") -> HfArgumentParser:
-    return HfArgumentParser((RunArguments, TrainOptions), prog=prog, description=DESCRIPTION, epilog=EPILOG,
-                            formatter_class=HelpFormatter)
+def build_parser(prog: str = "hf-vanilla train") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION, epilog=EPILOG, formatter_class=HelpFormatter)
+    for options in (RunArguments, TrainOptions):
+        add_dataclass_arguments(parser, options)
+    return parser
 
 
 def parse(argv: list[str]) -> tuple[RunArguments, TrainOptions]:
-    where, options = build_parser().parse_args_into_dataclasses(args=argv)
-    return where, options
+    namespace = vars(build_parser().parse_args(argv))
+    return tuple(options(**{f.name: namespace[f.name] for f in dataclasses.fields(options)})  # type: ignore[return-value]
+                 for options in (RunArguments, TrainOptions))
+
+
+def add_dataclass_arguments(parser: argparse.ArgumentParser, options: type) -> None:
+    """One flag per field of the dataclass ``options``: ``--name`` and ``--na-me``, its type, default and choices
+    from the annotation, and the field's metadata (help, action, metavar, ...) as ``add_argument`` keywords."""
+    hints = typing.get_type_hints(options)
+    for f in dataclasses.fields(options):
+        flags = [f"--{f.name}"] + ([f"--{f.name.replace('_', '-')}"] if "_" in f.name else [])
+        kwargs: dict[str, Any] = {**_type_arguments(hints[f.name], f.default), **f.metadata}
+        if f.default is not dataclasses.MISSING:
+            kwargs["default"] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            kwargs["default"] = f.default_factory()
+        else:
+            kwargs["required"] = True
+        parser.add_argument(*flags, **kwargs)
+
+
+def _type_arguments(hint: Any, default: Any) -> dict[str, Any]:
+    """argparse keywords for a field's annotation: ``X | None`` is ``X``; ``X | str`` is ``str``; a ``Literal``
+    gives choices; a bool takes ``--flag`` or ``--flag false``; a ``list[X]`` takes several values."""
+    args = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = str if str in args else args[0]
+        args = list(typing.get_args(hint))
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        return {"type": type(args[0]), "choices": tuple(args)}
+    if hint is bool:
+        return {"type": _to_bool} if default is None else {"type": _to_bool, "nargs": "?", "const": True}
+    if origin is list:
+        return {"type": args[0], "nargs": "+"}
+    return {"type": hint}
+
+
+def _to_bool(text: str) -> bool:
+    if text.lower() in ("yes", "true", "t", "y", "1"):
+        return True
+    if text.lower() in ("no", "false", "f", "n", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected one of yes/no, true/false, t/f, y/n, 1/0, got {text!r}")
 
 
 def run_command(argv: list[str], before_run: Callable[[], None] | None = None) -> int:

@@ -1,7 +1,7 @@
 """What a training run can be told: :class:`TrainOptions` (one field per ``hf-vanilla train`` flag).
 
-The fields are typed so that transformers' ``HfArgumentParser`` builds the command line from them
-(``Literal`` gives choices, ``list[str]`` repeatable flags); ``None`` means "the task's default", and
+The fields are typed so that :mod:`.cli` builds the command line from them, as transformers'
+``HfArgumentParser`` would (``Literal`` gives choices, ``list[str]`` repeatable flags); ``None`` means "the task's default", and
 :meth:`TrainOptions.resolved` fills those in from the task and the recipe. This module imports
 neither torch nor transformers' models, so ``hf-vanilla --help`` stays fast.
 """

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
+import statistics
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,13 +67,17 @@ def write_run_record(run_dir: Path, record: dict[str, Any]) -> None:
     atomic_write_json(run_dir / RUN_RECORD, record)
 
 
+def median_step_time(durations: list[float]) -> float | None:
+    """The median optimizer-step time, leaving out the first (warm-up) step when there are others."""
+    steps = durations[1:] or durations
+    return statistics.median(steps) if steps else None
+
+
 def timing(task: Task, opts: TrainOptions, *, wall_time_s: float, train_time_s: float, steps: int,
            durations: list[float], world: int, stopped_by_time_limit_at: int | None) -> dict[str, Any]:
-    from .metrics import median
-
     tokens = task.tokens_per_example(opts)
     per_step_tokens = tokens * opts.batch_size * opts.gradient_accumulation_steps * world if tokens else None
-    per_step = median(durations[1:] or durations)
+    per_step = median_step_time(durations)
     return {
         "wall_time_s": wall_time_s,
         "train_time_s": train_time_s,

@@ -104,6 +104,8 @@ def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list) ->
                 tokenizer = obtain_tokenizer(task, raw, run_dir, opts, resume_from, is_main)
                 set_seed(opts.seed)  # the same seed gives the same initial weights
                 model = build_model(task, tokenizer, raw, opts)
+                tokenizer.model_max_length = model.config.max_position_embeddings  # the model's reach, not a block's
+                use_cache = model.config.use_cache  # the Trainer turns the cache off for training; the saved model keeps it
                 aside = None
                 if is_main:  # everything is checked: only now the output directory is touched
                     aside = prepare_output_dir(run_dir, opts, undo)
@@ -130,7 +132,7 @@ def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list) ->
             check_stopped(run_dir, trainer, callbacks, opts, is_main)
         with ctrl_c_ends_the_run(run_dir, is_main, AFTER_TRAINING, max_steps=total_steps):
             result = finish(task, run_dir, opts, trainer, raw, data, tokenizer, callbacks, record,
-                            t_start=t_start, train_seconds=train_seconds, is_main=is_main)
+                            t_start=t_start, train_seconds=train_seconds, is_main=is_main, use_cache=use_cache)
     state.wait_for_everyone()
     return result
 
@@ -432,10 +434,9 @@ def interrupted(run_dir: Path, is_main: bool, stage: str, last: str | None,
 
 
 def finish(task: Task, run_dir: Path, opts: TrainOptions, trainer, raw, data, tokenizer, callbacks: RunCallbacks,
-           record: dict, *, t_start: float, train_seconds: float, is_main: bool) -> RunResult:
+           record: dict, *, t_start: float, train_seconds: float, is_main: bool, use_cache: bool) -> RunResult:
     """Evaluate, sample, save the model and write the run's records, curves and card."""
-    from .metrics import median
-    from .outputs import completion, run_record, stop_line, timing, write_outputs
+    from .outputs import completion, median_step_time, run_record, stop_line, timing, write_outputs
 
     averaging = average_checkpoints(task, run_dir, opts, trainer, data)
     evaluation = task.evaluate(trainer, data, tokenizer, opts)
@@ -448,6 +449,7 @@ def finish(task: Task, run_dir: Path, opts: TrainOptions, trainer, raw, data, to
 
         with torch.no_grad():
             samples = task.samples(model, tokenizer, raw, data, evaluation, opts)
+    model.config.use_cache = use_cache
     save_final_model(trainer, run_dir, is_main)
     trainer.save_state()
     durations = callbacks.timer.durations
@@ -459,7 +461,7 @@ def finish(task: Task, run_dir: Path, opts: TrainOptions, trainer, raw, data, to
     result = RunResult(run_dir=run_dir, task=task.name, metrics=evaluation.metrics, baseline=evaluation.baseline,
                        samples=samples, log_history=list(trainer.state.log_history),
                        global_step=trainer.state.global_step, wall_time_s=time.perf_counter() - t_start,
-                       time_per_step_s=median(durations[1:] or durations), completion=done)
+                       time_per_step_s=median_step_time(durations), completion=done)
     if is_main:
         timings = timing(task, opts, wall_time_s=result.wall_time_s, train_time_s=train_seconds,
                          steps=result.global_step, durations=durations, world=record["world"],

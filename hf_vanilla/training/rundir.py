@@ -4,8 +4,6 @@ when the new run has its first checkpoint, and its ``run.json`` status kept true
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import json
 import os
 import shutil
@@ -52,27 +50,43 @@ def lock_path(run_dir: Path) -> Path:
 
 @contextlib.contextmanager
 def locked(run_dir: Path, enabled: bool = True) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on the run directory for the block; a second writer gets a clear refusal."""
+    """Hold an exclusive lock on the run directory for the block (``filelock``: flock on POSIX, LockFileEx on
+    Windows); a second writer gets a clear refusal. The system drops the lock of a process that dies, and the
+    lock file goes when the block ends."""
     if not enabled:
         yield
         return
+    from filelock import FileLock, Timeout
+
     path = lock_path(run_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    lock = FileLock(path, blocking=False, on_acquired=_write_pid)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as error:
-            if error.errno not in (errno.EWOULDBLOCK, errno.EACCES):
-                raise
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            raise RunDirectoryBusyError(f"{run_dir} is being written by another hf_vanilla process (pid {holder}); "
-                                        "wait for it to finish or stop it, then try again") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        lock.acquire()
+    except Timeout:
+        raise RunDirectoryBusyError(f"{run_dir} is being written by another hf_vanilla process (pid {_holder(path)}); "
+                                    "wait for it to finish or stop it, then try again") from None
+    try:
         yield
     finally:
-        os.close(fd)  # closing releases the lock
+        # Unlinked while still held: a process waiting on this file finds it gone and locks a fresh one
+        # (filelock checks). Windows cannot unlink an open file; there filelock unlinks it on release.
+        with contextlib.suppress(OSError):
+            path.unlink()
+        lock.release()
+
+
+def _write_pid(fd: int) -> None:
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+
+
+def _holder(path: Path) -> str:
+    """The pid the lock's holder wrote, or "unknown" (Windows does not let a locked file be read)."""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip() or "unknown"
+    except OSError:
+        return "unknown"
 
 
 def set_aside(run_dir: Path) -> Path | None:

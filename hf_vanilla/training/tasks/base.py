@@ -157,5 +157,6 @@ def evaluate_splits(trainer: Trainer, data: DatasetDict, splits: Sequence[str]) 
     metrics: dict[str, Any] = {}
     for split in dict.fromkeys(splits):
         out = trainer.evaluate(data[split], metric_key_prefix=split)
-        metrics.update({k: v for k, v in out.items() if not k.endswith(("_runtime", "_per_second", "epoch"))})
+        metrics.update({k: v for k, v in out.items()
+                        if not k.endswith(("_runtime", "_per_second", "_model_preparation_time", "epoch"))})
     return metrics

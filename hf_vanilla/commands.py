@@ -1,0 +1,98 @@
+"""The arguments of the commands whose work needs torch: ``attention``, ``positions``, ``generate``, ``evaluate``.
+
+This module imports nothing heavy, so ``hf-vanilla COMMAND --help`` answers at once; each parser's ``func``
+imports the module that does the work only when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+
+
+def _later(module: str, function: str) -> Callable[[argparse.Namespace], int]:
+    """``module.function(args)``, imported when called."""
+
+    def run(args: argparse.Namespace) -> int:
+        return getattr(importlib.import_module(module), function)(args)
+
+    return run
+
+
+def add_attention(subparsers: argparse._SubParsersAction) -> None:
+    attention = subparsers.add_parser(
+        "attention",
+        help="draw a model's attention on a text",
+        description="Run TEXT through the model in MODEL_DIR and draw its attention: all layers x heads by "
+        "default, one layer with --layer, one head across layers with --head, one head with both.",
+    )
+    attention.add_argument("model_dir", metavar="MODEL_DIR", help="a directory written by save_pretrained (model and tokenizer)")
+    attention.add_argument("text", help="the input text")
+    attention.add_argument("--out", required=True, type=Path, help="PNG file to write")
+    attention.add_argument("--layer", type=int, help="only this layer (0-based)")
+    attention.add_argument("--head", type=int, help="only this head (0-based)")
+    attention.add_argument("--cross", action="store_true", help="cross-attention (encoder-decoder models)")
+    attention.add_argument("--average", action="store_true",
+                           help="one map: the mean of the selected layers and heads (with --cross: the alignment)")
+    attention.add_argument("--stack", choices=("encoder", "decoder"),
+                           help="which self-attention of an encoder-decoder (default: encoder)")
+    attention.add_argument("--target", help="decoder text of an encoder-decoder (default: the model's greedy output)")
+    attention.add_argument("--max-new-tokens", type=int, default=32, help="length of that greedy output")
+    attention.set_defaults(func=_later("hf_vanilla.viz", "run_attention"))
+
+
+def add_positions(subparsers: argparse._SubParsersAction) -> None:
+    positions = subparsers.add_parser(
+        "positions",
+        help="draw the positional schemes",
+        description="Write pictures of the sinusoidal table, RoPE, ALiBi, T5 relative bias and how each changes "
+        "scores with distance into DIR (positions-*.png).",
+    )
+    positions.add_argument("--out", required=True, type=Path, metavar="DIR", help="directory for the PNG files")
+    positions.add_argument("--model", metavar="MODEL_DIR", help="size the pictures like this model (and draw its trained relative bias)")
+    positions.set_defaults(func=_later("hf_vanilla.viz", "run_positions"))
+
+
+def add_generate(subparsers: argparse._SubParsersAction) -> None:
+    generate = subparsers.add_parser(
+        "generate",
+        help="generate text with a trained causal LM or translation model",
+        description="Load RUN (a training run or any save_pretrained folder of a decoder or encoder-decoder model, "
+        "with its tokenizer) and print the continuation of PROMPT (decoder) or its translation (encoder-decoder). "
+        "Unset options take the values saved in RUN's generation_config.json.",
+    )
+    generate.add_argument("run_dir", metavar="RUN", help="the model folder (local files only)")
+    generate.add_argument("prompt", metavar="PROMPT", help="the text to continue or translate")
+    generate.add_argument("--max-new-tokens", type=int, help="tokens to generate (unset: the saved value, else 50)")
+    generate.add_argument("--num-beams", type=int, help="beam search with this many beams (unset: the saved value)")
+    generate.add_argument("--do-sample", action=argparse.BooleanOptionalAction,
+                          help="sample (--do-sample) or decode greedily / by beam search (--no-do-sample) "
+                          "(unset: the saved value)")
+    generate.add_argument("--temperature", type=float, help="sampling temperature (with --do-sample)")
+    generate.add_argument("--top-k", type=int, help="sample from the k likeliest tokens (with --do-sample)")
+    generate.add_argument("--seed", type=int, default=0, help="seed of the sampling")
+    generate.set_defaults(func=_later("hf_vanilla.inference", "run_generate"))
+
+
+def add_evaluate(subparsers: argparse._SubParsersAction) -> None:
+    evaluate = subparsers.add_parser(
+        "evaluate",
+        help="held-out metrics of a saved training run",
+        description="Score the model of RUN (a folder written by `hf-vanilla train`) on the validation and test "
+        "splits its run.json records, with the task's own metrics (perplexity, accuracy, BLEU, macro-F1): the "
+        "figures of its metrics.json, recomputed. Prints them as JSON.",
+    )
+    evaluate.add_argument("run_dir", metavar="RUN", help="the training run folder")
+    evaluate.add_argument("--batch-size", type=int, help="evaluation batch (unset: the run's)")
+    evaluate.set_defaults(func=_later("hf_vanilla.training.evaluation", "run_evaluate"))
+
+
+def add_cli(subparsers: argparse._SubParsersAction) -> None:
+    """``hf-vanilla attention``, ``positions``, ``generate`` and ``evaluate``."""
+    for add in (add_attention, add_positions, add_generate, add_evaluate):
+        add(subparsers)
+
+
+__all__ = ["add_attention", "add_cli", "add_evaluate", "add_generate", "add_positions"]

@@ -1,0 +1,68 @@
+"""``hf-vanilla evaluate RUN``: the held-out metrics of a saved run, recomputed as the run computed them.
+
+The run's ``run.json`` holds its task and every option (data, splits, lengths, seed); the data is loaded and
+tokenised as the run did, the saved model and tokenizer are loaded, and the task's own final evaluation
+(:meth:`Task.evaluate`) scores them: the figures of the run's ``metrics.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .options import make_options
+from .rundir import RUN_RECORD, read_record
+from .tasks import Evaluation, get_task
+
+
+def evaluate_run(run_dir: str | os.PathLike[str], eval_batch_size: int | None = None) -> Evaluation:
+    """The task's final evaluation (validation and test metrics, the baseline) of the model saved in ``run_dir``."""
+    import transformers
+
+    import hf_vanilla  # noqa: F401  (registers the Vanilla classes with the Auto* factories)
+
+    from .run import has_accelerator, make_trainer, training_arguments
+    from .sources import load_task_data
+
+    run_dir = Path(run_dir)
+    if not (run_dir / RUN_RECORD).is_file():
+        raise FileNotFoundError(f"{run_dir} has no {RUN_RECORD}: evaluate needs a folder written by `hf-vanilla train`")
+    record = read_record(run_dir)
+    task = get_task(record["task"])
+    opts = make_options(record["options"]).resolved(task)
+    if eval_batch_size is not None:
+        opts.eval_batch_size = eval_batch_size
+    raw, _ = load_task_data(task, opts)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(run_dir)
+    model = getattr(transformers, task.auto_class).from_pretrained(run_dir, attn_implementation=opts.attn_implementation)
+    data = task.tokenize(raw, tokenizer, opts)
+    with tempfile.TemporaryDirectory() as scratch:  # the Trainer's output_dir: nothing is written into the run
+        args = training_arguments(task, Path(scratch), opts, 1, model.config.hidden_size, not has_accelerator())
+        trainer = make_trainer(task, model, args, tokenizer, data, opts, [])
+        trainer.remove_callback(transformers.PrinterCallback)  # stdout is for the result (--disable-tqdm prints logs)
+        return task.evaluate(trainer, data, tokenizer, opts)
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    """``hf-vanilla evaluate RUN`` (its arguments: :mod:`hf_vanilla.commands`): the metrics and baseline as JSON."""
+    from ..corpora import CorpusUnavailableError
+
+    try:
+        evaluation = evaluate_run(args.run_dir, args.batch_size)
+    except (CorpusUnavailableError, ValueError, OSError, KeyError) as error:
+        print(f"hf-vanilla evaluate: {error}", file=sys.stderr)
+        return 1
+    print(json.dumps(_summary(evaluation), indent=1))
+    return 0
+
+
+def _summary(evaluation: Evaluation) -> dict[str, Any]:
+    return {"metrics": evaluation.metrics, "baseline": evaluation.baseline}
+
+
+__all__ = ["evaluate_run", "run_evaluate"]
