@@ -9,20 +9,41 @@ here, with the field and the allowed values named, and never deep inside a forwa
 chosen scheme, norm or family would ignore is refused. Keys that are not options are kept and saved, as
 transformers' own configs do (tools add attributes), and named once in the log.
 
-This file travels to the Hub with the model: it imports only transformers and the standard library.
+This file travels to the Hub with the model: it imports only transformers and the standard library. It runs on
+transformers 5.16.1 (the oldest release vLLM supports) and later, and refuses an older release before importing
+anything that release may lack; modeling_vanilla.py and positional.py import it first for that reason.
 """
 
 import copy
 import inspect
+import itertools
 import math
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from huggingface_hub.dataclasses import StrictDataclassFieldValidationError, strict
-from transformers import PreTrainedConfig
-from transformers.activations import ACT2FN
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.utils import logging
+import transformers
+
+#: The oldest transformers release the model files run on (and are tested on: scripts/test.sh).
+MINIMUM_TRANSFORMERS = "5.16.1"
+
+
+def release_numbers(version: str) -> tuple[int, ...]:
+    """(5, 16, 1) from "5.16.1", "5.16.1.dev0" or "5.16.1rc1": the leading numbers of a version."""
+    return tuple(int("".join(itertools.takewhile(str.isdigit, part)) or 0) for part in version.split(".")[:3])
+
+
+if release_numbers(transformers.__version__) < release_numbers(MINIMUM_TRANSFORMERS):
+    raise ImportError(
+        f"hf_vanilla's model files need transformers>={MINIMUM_TRANSFORMERS} (found {transformers.__version__}); "
+        f"pip install -U 'transformers>={MINIMUM_TRANSFORMERS}'"
+    )
+
+# Imported after the check: an older release may lack them, and would fail here with a less useful message.
+from huggingface_hub.dataclasses import StrictDataclassFieldValidationError, strict  # noqa: E402
+from transformers import PreTrainedConfig  # noqa: E402
+from transformers.activations import ACT2FN  # noqa: E402
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS  # noqa: E402
+from transformers.utils import logging  # noqa: E402
 
 logger = logging.get_logger(__name__)
 

@@ -5,10 +5,23 @@ per sub-layer, pre- or post-norm), the stacks (encoder, decoder), the bare model
 the task heads. Positional schemes live in ``positional.py`` behind one interface; the options in
 ``configuration_vanilla.py``.
 
-This file travels to the Hub with the model: it imports only torch, transformers and its siblings.
+This file travels to the Hub with the model: it imports only torch, transformers and its siblings, and runs on
+every transformers release from 5.16.1 (see "The transformers releases these files run on" below).
 """
 
+# First: the configuration module refuses a transformers release older than these files support.
+from .configuration_vanilla import (
+    ATTENTION_TAKING_BIAS,
+    BIAS_SCHEMES,
+    HEAD_FAMILIES,
+    VanillaConfig,
+    auto_map_for,
+    check_rope_settings,
+    refuse_attention_dropping_bias,
+)
 
+# isort: split
+import functools
 import math
 from collections.abc import Callable
 
@@ -40,15 +53,6 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .configuration_vanilla import (
-    ATTENTION_TAKING_BIAS,
-    BIAS_SCHEMES,
-    HEAD_FAMILIES,
-    VanillaConfig,
-    auto_map_for,
-    check_rope_settings,
-    refuse_attention_dropping_bias,
-)
 from .positional import (
     NO_POSITIONAL_INPUTS,
     PositionalAttentionInputs,
@@ -58,6 +62,42 @@ from .positional import (
     rotate_folded,
     sinusoid_table,
 )
+
+# ----------------------------------------------------------------------------------------------
+# The transformers releases these files run on: 5.16.1 to 5.24
+#
+# transformers 5.24 renamed the KV cache `past_key_values` -> `cache` in model outputs, in the arguments generate()
+# passes, and in the mask functions. This file's code says `cache`; the names below translate it where an older
+# release expects `past_key_values`.
+
+#: The name model outputs give the cache, and that generate() reads it back by (and passes it to forward with).
+CACHE_NAME = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+def cache_field(cache: Cache | None) -> dict[str, Cache | None]:
+    """The cache as a keyword argument under this release's name: ``Output(..., **cache_field(cache))``."""
+    return {CACHE_NAME: cache}
+
+
+if CACHE_NAME == "cache":
+    #: forward() takes the cache as `cache`; the old name still works, with transformers' deprecation warning.
+    accepts_past_key_values = deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+else:
+
+    def accepts_past_key_values(forward: Callable) -> Callable:
+        """forward() takes the cache as `cache`; this release's generate() passes it as `past_key_values`, its
+        current name here, so it is renamed without a deprecation warning."""
+
+        @functools.wraps(forward)
+        def renamed(*args, **kwargs):
+            if "past_key_values" in kwargs:
+                if kwargs.get("cache") is not None:
+                    raise ValueError("Pass the KV cache once, as `cache` or as `past_key_values`, not both.")
+                kwargs["cache"] = kwargs.pop("past_key_values")
+            return forward(*args, **kwargs)
+
+        return renamed
+
 
 # ----------------------------------------------------------------------------------------------
 # Norms and the position-wise feed-forward network
@@ -266,7 +306,7 @@ class VanillaAttention(nn.Module):
             key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
         return query, key, value
 
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @accepts_past_key_values
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -346,7 +386,7 @@ class VanillaBlock(GradientCheckpointingLayer):
         self.mlp = build_feed_forward(config)
         self.mlp_step = ResidualStep(config)
 
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @accepts_past_key_values
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -681,7 +721,7 @@ class VanillaDecoder(VanillaStack):
     def default_depth(config: VanillaConfig) -> int:
         return config.num_decoder_layers if config.is_encoder_decoder else config.num_hidden_layers
 
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @accepts_past_key_values
     @merge_with_config_defaults
     @capture_outputs
     def forward(
@@ -716,7 +756,7 @@ class VanillaDecoder(VanillaStack):
             config=self.config,
             inputs_embeds=hidden_states,
             attention_mask=attention_mask,
-            cache=self_cache,
+            **cache_field(self_cache),
             position_ids=position_ids,
         )
         key_length = self_cache.get_mask_sizes(length, 0)[0] if self_cache is not None else length
@@ -737,10 +777,12 @@ class VanillaDecoder(VanillaStack):
                 positional.bias,
                 encoder_attention_mask=cross_mask,
                 rotary=positional.rotary,
-                cache=cache,
+                **cache_field(cache),  # the name GradientCheckpointingLayer drops while checkpointing
                 **kwargs,
             )
-        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=self.finish(hidden_states), cache=cache)
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=self.finish(hidden_states), **cache_field(cache)
+        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -800,7 +842,7 @@ class VanillaModel(VanillaPreTrainedModel):
     def get_decoder(self):
         return self.decoder if self.decoder is not None else self
 
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @accepts_past_key_values
     @can_return_tuple
     def forward(
         self,
@@ -844,7 +886,7 @@ class VanillaModel(VanillaPreTrainedModel):
             )
             return BaseModelOutputWithPast(
                 last_hidden_state=outputs.last_hidden_state,
-                cache=outputs.cache,
+                **cache_field(getattr(outputs, CACHE_NAME)),
                 hidden_states=outputs.hidden_states,
                 attentions=outputs.attentions,
             )
@@ -873,7 +915,7 @@ class VanillaModel(VanillaPreTrainedModel):
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            cache=decoder_outputs.cache,
+            **cache_field(getattr(decoder_outputs, CACHE_NAME)),
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -952,7 +994,7 @@ class VanillaForCausalLM(VanillaLMHeadMixin, VanillaPreTrainedModel, GenerationM
         refuse_flex_generation_on_cpu(self.config, self.device, kwargs)  # before anything compiles
         return super().generate(*args, **kwargs)
 
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @accepts_past_key_values
     @can_return_tuple
     def forward(
         self,
@@ -980,7 +1022,7 @@ class VanillaForCausalLM(VanillaLMHeadMixin, VanillaPreTrainedModel, GenerationM
         return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
-            cache=outputs.cache,
+            **cache_field(getattr(outputs, CACHE_NAME)),
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
@@ -1045,7 +1087,7 @@ class VanillaForSeq2SeqLM(VanillaLMHeadMixin, VanillaPreTrainedModel, Generation
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @accepts_past_key_values
     @can_return_tuple
     def forward(
         self,
@@ -1083,7 +1125,7 @@ class VanillaForSeq2SeqLM(VanillaLMHeadMixin, VanillaPreTrainedModel, Generation
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            cache=outputs.cache,
+            **cache_field(getattr(outputs, CACHE_NAME)),
             **seq2seq_states(outputs),
         )
 

@@ -52,6 +52,18 @@ def test_the_travelling_files_are_the_three_model_files():
     assert {path.name for path in code_files()} == TRAVELLING
 
 
+def test_the_portable_tests_see_the_checkpoint_as_hf_vanilla_writes_it():
+    """tests/test_model_files_portable.py runs without the package (on the oldest transformers): it must copy the
+    same files and register the same Auto classes as hf_vanilla.register(), so its saved folders are the package's."""
+    from tests import test_model_files_portable as portable
+
+    assert portable.travelling_files() == code_files()
+    assert configuration_vanilla.VanillaConfig._auto_class == "AutoConfig"
+    registered = {name: getattr(modeling_vanilla, name)._auto_class for name in modeling_vanilla.__all__
+                  if getattr(getattr(modeling_vanilla, name), "_auto_class", None) is not None}
+    assert registered == portable.AUTO_CLASS_OF
+
+
 @pytest.mark.parametrize("name", sorted(TRAVELLING))
 def test_travelling_file_imports_only_torch_transformers_and_its_siblings(name):
     source = (code_files()[0].parent / name).read_text(encoding="utf-8")
