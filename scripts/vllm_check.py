@@ -589,7 +589,7 @@ def run_bench(args: argparse.Namespace) -> int:
         build_pair(shape, out / "models")
     for path in paths.values():
         check_servable(path)
-    log(f"models in {out / 'models'}; threads {args.threads}")
+    log(f"models: {', '.join(str(path) for path in paths.values())}; threads {args.threads}")
     python = ensure_venv(Path(args.venv), log)
     worker = Worker(python, args.threads, out / "worker.log")
     hf_models = {name: load_transformers(path) for name, path in paths.items()}
@@ -620,7 +620,9 @@ def run_bench(args: argparse.Namespace) -> int:
                 else:
                     runs[engine] = _vllm_run(worker, engine, prompts, args.bench_tokens)
             log(f"timing batch {batch}: {args.repeats} rounds of {len(runs)} engines")
+            before = os.getloadavg()[0]
             times = time_engines(runs, args.repeats)
+            report.setdefault("load_average", {})[str(batch)] = [before, os.getloadavg()[0]]  # 1-minute, before/after
             report["throughputs"] += [asdict(row) for row in throughputs(times, batch, args.bench_tokens)]
             report["ratios"] += [asdict(row) for row in ratios(times, batch, RATIOS)]
             report.setdefault("seconds", {})[str(batch)] = times
@@ -648,35 +650,40 @@ def _vllm_run(worker: Worker, engine: str, prompts: list[list[int]], new_tokens:
 
 
 def run_profile(args: argparse.Namespace) -> int:
+    """Each implementation loaded once with vLLM's torch profiler; per batch size two warm-up requests, then one
+    profiled request, whose op table (self CPU time, the worker process) is kept as ``<impl>-b<batch>.txt``."""
     shape = Shape()
     out = Path(args.out or tempfile.mkdtemp(prefix="vllm-profile-"))
     out.mkdir(parents=True, exist_ok=True)
     paths = {name: Path(path) for name, path in args.models.items()} if args.models else \
         build_pair(shape, out / "models")
     worker = Worker(ensure_venv(Path(args.venv), log), args.threads, out / "worker-profile.log")
-    tables = {}
+    summary: dict[str, Any] = {}
     try:
         for engine in ("vllm/llama (transformers backend)", "vllm/llama (vllm's own)"):
             model, impl = ENGINES[engine]
             slug = impl + ("-eager" if args.eager else "")
+            directory = out / "profile" / slug
+            directory.mkdir(parents=True, exist_ok=True)
+            worker.call("load", name=engine, folder=str(paths[model]), impl=impl, max_model_len=shape.max_positions,
+                        kv_cache_bytes=args.kv_cache_mib << 20, profile_dir=str(directory), enforce_eager=args.eager)
             for batch in args.batches:
-                directory = out / "profile" / f"{slug}-b{batch}"
-                directory.mkdir(parents=True, exist_ok=True)
-                name = f"{engine} b{batch}"
-                worker.call("load", name=name, folder=str(paths[model]), impl=impl, max_model_len=shape.max_positions,
-                            kv_cache_bytes=args.kv_cache_mib << 20, profile_dir=str(directory),
-                            enforce_eager=args.eager)
                 prompts = make_prompts([args.prompt_tokens] * batch, shape.vocab, seed=2)
-                for _ in range(2):  # warm-up: compilation and first-call allocations stay out of the profile
-                    worker.call("generate", name=name, prompts=prompts, max_tokens=args.bench_tokens)
-                reply = worker.call("generate", name=name, prompts=prompts, max_tokens=args.bench_tokens, profile=True)
-                worker.call("close", name=name)
-                tables[f"{slug}-b{batch}"] = {"seconds": reply["seconds"],
-                                             "tables": sorted(str(p) for p in directory.glob("*profiler_out*.txt"))}
-                log(f"profiled {name}: {reply['seconds']:.2f} s; tables in {directory}")
+                warm = [worker.call("generate", name=engine, prompts=prompts, max_tokens=args.bench_tokens)["seconds"]
+                        for _ in range(2)]
+                reply = worker.call("generate", name=engine, prompts=prompts, max_tokens=args.bench_tokens,
+                                    profile=True)
+                tables = sorted(directory.glob("*profiler_out*.txt"))
+                kept = [str(table.rename(out / "profile" / f"{slug}-b{batch}{'' if i == 0 else f'-{i}'}.txt"))
+                        for i, table in enumerate(tables)]
+                summary[f"{slug}-b{batch}"] = {"unprofiled_seconds": warm, "profiled_seconds": reply["seconds"],
+                                               "tables": kept}
+                log(f"profiled {engine} at batch {batch}: {reply['seconds']:.2f} s (unprofiled "
+                    f"{min(warm):.2f} s); tables {kept}")
+            worker.call("close", name=engine)
     finally:
         worker.close()
-    _write_json(out / "profile.json", tables)
+    _write_json(out / "profile.json", summary)
     return 0
 
 
@@ -735,10 +742,16 @@ def bench_markdown(report: dict[str, Any], results: Sequence[CheckResult]) -> st
     return "\n\n".join([
         f"vLLM {versions.get('vllm', '?')}, torch {versions.get('torch', '?')}, transformers (vLLM side) "
         f"{versions.get('transformers', '?')}; {report['machine']['cpu']}, {report['threads']} threads; prompts of "
-        f"{report['prompt_tokens']} tokens, {report['new_tokens']} new tokens each, {report['repeats']} rounds.",
+        f"{report['prompt_tokens']} tokens, {report['new_tokens']} new tokens each, {report['repeats']} rounds; "
+        f"load average (1 min) before/after timing: {_loads(report)}.",
         check_table(results), throughput_table(report["throughputs"]), ratio_table(report["ratios"]),
         f"Target hf_vanilla / Llama through the same backend >= {TARGET[2]}: {verdict}.",
     ])
+
+
+def _loads(report: dict[str, Any]) -> str:
+    loads = report.get("load_average", {})
+    return ", ".join(f"batch {batch} {a:.1f}/{b:.1f}" for batch, (a, b) in loads.items()) or "not recorded"
 
 
 def _write_json(path: Path, payload: Any) -> None:

@@ -209,12 +209,13 @@ def test_the_markdown_report_states_the_target_and_every_figure():
     times["vllm/vanilla (transformers backend)"] = [1.25, 1.25]  # 0.8x the Llama through the same backend
     report = {"versions": {"vllm": "0.32.0", "torch": "2.13.0", "transformers": "5.19.0"}, "threads": 2,
               "prompt_tokens": 16, "new_tokens": 64, "repeats": 2, "machine": {"cpu": "AMD EPYC", "cores": 2},
+              "load_average": {"16": [1.5, 2.3]},
               "throughputs": [vars(r) for r in vllm_check.throughputs(times, 16, 64)],
               "ratios": [vars(r) for r in vllm_check.ratios(times, 16, vllm_check.RATIOS)]}
     agreement = vllm_check.Agreement(requests=2, new_tokens=8, tokens_equal=8, max_prompt_logprob_diff=2e-6)
     check = vllm_check.CheckResult("vllm/llama (vllm's own)", "/x", 1e-3, 2, 4, 1e-6, agreement, agreement)
     text = vllm_check.bench_markdown(report, [check])
-    assert "vLLM 0.32.0" in text and "AMD EPYC, 2 threads" in text
+    assert "vLLM 0.32.0" in text and "AMD EPYC, 2 threads" in text and "batch 16 1.5/2.3" in text
     assert "| vllm/llama (vllm's own) | one batch | 8/8 | 2.0e-06 |" in text
     assert "| vllm/vanilla (transformers backend) | 16 | 819.2 | 819.2 | 819.2 | 2 |" in text
     assert "batch 16: 0.800 (NOT met)" in text
