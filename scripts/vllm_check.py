@@ -72,6 +72,8 @@ ENGINES = {  # row name -> (model, vLLM model_impl or None for transformers' gen
     "transformers/vanilla generate()": ("vanilla", None),
     "transformers/llama generate()": ("llama", None),
 }
+#: Short names for --engines.
+ENGINE_KEYS = dict(zip(("vllm-vanilla", "vllm-llama", "vllm-llama-own", "hf-vanilla", "hf-llama"), ENGINES, strict=True))
 TARGET = ("vllm/vanilla (transformers backend)", "vllm/llama (transformers backend)", 0.95)
 RATIOS = (  # (numerator, denominator): what each ratio tells
     TARGET[:2],
@@ -596,8 +598,9 @@ def run_bench(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"shape": asdict(shape), "threads": args.threads, "repeats": args.repeats,
                               "prompt_tokens": args.prompt_tokens, "new_tokens": args.bench_tokens,
                               "machine": machine(), "loads": {}, "checks": [], "throughputs": [], "ratios": []}
+    engines = {ENGINE_KEYS[key]: ENGINES[ENGINE_KEYS[key]] for key in args.engines}
     try:
-        for engine, (model, impl) in ENGINES.items():
+        for engine, (model, impl) in engines.items():
             if impl is None:
                 continue
             loaded = worker.call("load", name=engine, folder=str(paths[model]), impl=impl,
@@ -607,14 +610,14 @@ def run_bench(args: argparse.Namespace) -> int:
             log(f"loaded {engine} in {loaded['seconds']:.0f} s")
         references = {model: reference_for(path, args.new_tokens) for model, path in paths.items()}
         results = [check_engine(worker, engine, paths[model], references[model], args.atol, log)
-                   for engine, (model, impl) in ENGINES.items() if impl is not None]
+                   for engine, (model, impl) in engines.items() if impl is not None]
         report["checks"] = [_check_json(result) for result in results]
         for batch in args.batches:
             prompts = make_prompts([args.prompt_tokens] * batch, shape.vocab, seed=2)
             ids = torch.tensor(prompts)
             inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
             runs: dict[str, Callable[[], object]] = {}
-            for engine, (model, impl) in ENGINES.items():
+            for engine, (model, impl) in engines.items():
                 if impl is None:
                     runs[engine] = generation(hf_models[model], inputs, args.bench_tokens)
                 else:
@@ -804,6 +807,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
     bench = commands.add_parser("bench", parents=[common, timing], help="check and time hf_vanilla against Llama")
     bench.add_argument("--repeats", type=int, default=7, help="timed rounds per batch size (default 7)")
+    bench.add_argument("--engines", nargs="+", choices=ENGINE_KEYS, default=list(ENGINE_KEYS),
+                       help="which engines take turns (default: all)")
     bench.set_defaults(func=run_bench)
 
     profile = commands.add_parser("profile", parents=[common, timing],

@@ -224,9 +224,14 @@ def test_the_markdown_report_states_the_target_and_every_figure():
 def test_arguments():
     args = vllm_check.parse_args(["bench"])
     assert args.batches == [1, 16] and args.threads >= 1 and args.atol == vllm_check.DEFAULT_ATOL
-    args = vllm_check.parse_args(["bench", "--models", "vanilla=/a,llama=/b", "--threads", "2"])
+    assert [vllm_check.ENGINE_KEYS[key] for key in args.engines] == list(vllm_check.ENGINES)
+    args = vllm_check.parse_args(["bench", "--models", "vanilla=/a,llama=/b", "--threads", "2", "--engines",
+                                  "vllm-vanilla", "vllm-llama"])
     assert args.models == {"vanilla": "/a", "llama": "/b"} and args.threads == 2
+    assert args.engines == ["vllm-vanilla", "vllm-llama"]
     with pytest.raises(SystemExit):
         vllm_check.parse_args(["bench", "--models", "vanilla=/a"])
     with pytest.raises(SystemExit):
         vllm_check.parse_args(["check", "/x", "--threads", "0"])
+    with pytest.raises(SystemExit):
+        vllm_check.parse_args(["bench", "--engines", "vllm"])
