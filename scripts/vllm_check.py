@@ -39,6 +39,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -386,7 +387,7 @@ class Worker:
         self._log = open(log_path, "a")
         self.process = subprocess.Popen([str(python), __file__, "worker"], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=self._log, text=True, env=worker_env(threads),
-                                        cwd=tempfile.gettempdir())
+                                        cwd=tempfile.gettempdir(), start_new_session=True)
 
     def call(self, op: str, **arguments: Any) -> dict[str, Any]:
         self.process.stdin.write(json.dumps({"op": op, **arguments}) + "\n")
@@ -406,14 +407,17 @@ class Worker:
                           logprobs=True, together=together)
         return [Completion(**completion) for completion in reply["completions"]]
 
-    def close(self) -> None:
+    def close(self, timeout: float = 60) -> None:
+        """Ask the worker to quit; if it does not within ``timeout`` (busy, or interrupted mid-request), end its
+        session: the worker and the engine processes vLLM started under it."""
         if self.process.poll() is None:
-            self.process.stdin.write(json.dumps({"op": "quit"}) + "\n")
-            self.process.stdin.flush()
             try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
+                self.process.stdin.write(json.dumps({"op": "quit"}) + "\n")
+                self.process.stdin.flush()
+                self.process.wait(timeout=timeout)
+            except (OSError, subprocess.TimeoutExpired):
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
         self._log.close()
 
 
@@ -495,7 +499,8 @@ def run_check(args: argparse.Namespace) -> int:
     worker = Worker(ensure_venv(Path(args.venv), log), args.threads, out / "worker.log")
     try:
         loaded = worker.call("load", name="model", folder=str(folder), impl="transformers",
-                             max_model_len=model_len(config), kv_cache_bytes=args.kv_cache_mib << 20)
+                             max_model_len=model_len(config), kv_cache_bytes=args.kv_cache_mib << 20,
+                             enforce_eager=args.eager)
         log(f"vLLM {loaded['vllm']} (torch {loaded['torch']}, transformers {loaded['transformers']}) "
             f"loaded {folder} in {loaded['seconds']:.0f} s")
         result = check_engine(worker, "model", folder, reference_for(folder, args.new_tokens), args.atol, log)
@@ -596,6 +601,7 @@ def run_bench(args: argparse.Namespace) -> int:
     worker = Worker(python, args.threads, out / "worker.log")
     hf_models = {name: load_transformers(path) for name, path in paths.items()}
     report: dict[str, Any] = {"shape": asdict(shape), "threads": args.threads, "repeats": args.repeats,
+                              "compiled": not args.eager,
                               "prompt_tokens": args.prompt_tokens, "new_tokens": args.bench_tokens,
                               "machine": machine(), "loads": {}, "checks": [], "throughputs": [], "ratios": []}
     engines = {ENGINE_KEYS[key]: ENGINES[ENGINE_KEYS[key]] for key in args.engines}
@@ -604,7 +610,8 @@ def run_bench(args: argparse.Namespace) -> int:
             if impl is None:
                 continue
             loaded = worker.call("load", name=engine, folder=str(paths[model]), impl=impl,
-                                 max_model_len=shape.max_positions, kv_cache_bytes=args.kv_cache_mib << 20)
+                                 max_model_len=shape.max_positions, kv_cache_bytes=args.kv_cache_mib << 20,
+                                 enforce_eager=args.eager)
             report["versions"] = {key: loaded[key] for key in ("vllm", "torch", "transformers")}
             report["loads"][engine] = loaded["seconds"]
             log(f"loaded {engine} in {loaded['seconds']:.0f} s")
@@ -744,7 +751,8 @@ def bench_markdown(report: dict[str, Any], results: Sequence[CheckResult]) -> st
                         for r in target)
     return "\n\n".join([
         f"vLLM {versions.get('vllm', '?')}, torch {versions.get('torch', '?')}, transformers (vLLM side) "
-        f"{versions.get('transformers', '?')}; {report['machine']['cpu']}, {report['threads']} threads; prompts of "
+        f"{versions.get('transformers', '?')}; vLLM {'compiled (its default)' if report.get('compiled', True) else 'eager (enforce_eager)'}; "
+        f"{report['machine']['cpu']}, {report['threads']} threads; prompts of "
         f"{report['prompt_tokens']} tokens, {report['new_tokens']} new tokens each, {report['repeats']} rounds; "
         f"load average (1 min) before/after timing: {_loads(report)}.",
         check_table(results), throughput_table(report["throughputs"]), ratio_table(report["ratios"]),
@@ -794,6 +802,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     common.add_argument("--kv-cache-mib", type=int, default=256, help="vLLM's KV cache per engine (default 256 MiB)")
     common.add_argument("--new-tokens", type=int, default=24, help="new tokens per request in the check (default 24)")
     common.add_argument("--atol", type=float, default=DEFAULT_ATOL, help=f"logprob tolerance (default {DEFAULT_ATOL})")
+    common.add_argument("--eager", action="store_true",
+                        help="vLLM without its torch.compile (enforce_eager): loads in seconds instead of minutes")
 
     check = commands.add_parser("check", parents=[common], help="check a saved decoder in vLLM against transformers")
     check.add_argument("folder", help="a folder a run saved its model in (config.json, weights, model files)")
@@ -813,7 +823,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
     profile = commands.add_parser("profile", parents=[common, timing],
                                   help="torch profiler tables: the Llama through both vLLM implementations")
-    profile.add_argument("--eager", action="store_true", help="profile without vLLM's torch.compile (op by op)")
     profile.set_defaults(func=run_profile)
 
     commands.add_parser("worker", help="(internal) the vLLM side; runs under the vLLM venv")
@@ -827,6 +836,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.command == "worker":
         return worker_main()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # run the finally blocks: close workers
     sys.path.insert(0, str(ROOT))  # hf_vanilla from this checkout
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     return args.func(args)

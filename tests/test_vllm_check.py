@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import signal
 import sys
 from pathlib import Path
 
@@ -184,6 +185,12 @@ def test_a_worker_error_comes_back_with_its_log(tmp_path):
     finally:
         worker.close()
     assert worker.process.returncode == 0
+
+
+def test_a_worker_that_does_not_quit_is_ended_with_its_session(tmp_path):
+    worker = vllm_check.Worker(Path(sys.executable), threads=1, log_path=tmp_path / "worker.log")
+    worker.close(timeout=0)  # still starting: no time to quit
+    assert worker.process.returncode == -signal.SIGKILL
 
 
 def test_the_worker_runs_offline_and_without_this_checkout(monkeypatch):
