@@ -577,10 +577,15 @@ def ratios(times: dict[str, list[float]], batch: int, pairs: Sequence[tuple[str,
     return rows
 
 
+#: vLLM's worker process spins (sched_yield) for 1 s after each request before it sleeps: the next engine's turn
+#: waits that out, untimed, so that no engine is timed beside another one's spinning.
+SPIN_SECONDS = 1.5
+
+
 def time_engines(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
     from hf_vanilla.bench import alternate
 
-    return alternate(runs, repeats, warmup=1)
+    return alternate(runs, repeats, warmup=1, pause=SPIN_SECONDS)
 
 
 def run_bench(args: argparse.Namespace) -> int:
