@@ -299,9 +299,12 @@ def generation(
 # Timing and memory
 
 
-def alternate(runs: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, list[float]]:
+def alternate(
+    runs: dict[str, Callable[[], object]], repeats: int, warmup: int = 1, pause: float = 0.0
+) -> dict[str, list[float]]:
     """Seconds per call of each callable. They take turns, and the order flips every round, so that
-    the other load of a shared machine and slow drifts (heat, caches) hit them alike."""
+    the other load of a shared machine and slow drifts (heat, caches) hit them alike. ``pause`` seconds pass
+    untimed before each call (for engines whose processes keep spinning a while after answering)."""
     names = list(runs)
     for _ in range(warmup):
         for name in names:
@@ -309,6 +312,7 @@ def alternate(runs: dict[str, Callable[[], object]], repeats: int, warmup: int =
     times: dict[str, list[float]] = {name: [] for name in names}
     for round_ in range(repeats):
         for name in names if round_ % 2 == 0 else reversed(names):
+            time.sleep(pause)
             start = time.perf_counter()
             runs[name]()
             times[name].append(time.perf_counter() - start)

@@ -122,6 +122,15 @@ def test_alternate_interleaves_and_flips_order():
     assert calls == ["a", "b", "b", "a"] and all(len(v) == 2 for v in times.values())
 
 
+def test_alternate_pauses_untimed_before_each_call(monkeypatch):
+    clock = iter(range(100))
+    slept: list[float] = []
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(clock))  # each call takes one tick
+    monkeypatch.setattr(bench.time, "sleep", slept.append)
+    times = bench.alternate({"a": lambda: None, "b": lambda: None}, repeats=2, warmup=1, pause=1.5)
+    assert slept == [1.5] * 4 and times == {"a": [1, 1], "b": [1, 1]}  # not before warm-up calls, never timed
+
+
 def test_peak_memory_sees_a_large_allocation():
     import torch
 

@@ -1,0 +1,851 @@
+#!/usr/bin/env python
+"""Serve a saved hf_vanilla decoder in vLLM, check it against transformers, and time it.
+
+    python scripts/vllm_check.py check RUN_DIR        # vLLM's greedy tokens and logprobs against transformers'
+    python scripts/vllm_check.py bench --out DIR      # same-shape hf_vanilla and Llama: check both, then time
+    python scripts/vllm_check.py profile --out DIR    # where the Transformers backend's time goes (Llama vs Llama)
+
+vLLM runs in a venv of its own (``scripts/vllm_env.sh`` builds it on first use: about 5 minutes and 3.5 GB from
+PyPI) because it pins its own torch and transformers (<5.20). This process runs under the project's venv: it builds
+and saves the models, runs transformers, and holds the clock. It starts the vLLM side as a worker -- this same file
+under the vLLM venv's python, command ``worker`` -- and sends it one JSON line per request. The worker imports
+neither hf_vanilla nor this project's transformers: the model files travel in the saved folder and load with
+``trust_remote_code`` on the transformers vLLM brings.
+
+``check``: greedy new tokens and the logprob of every prompt token and every new token, from vLLM's Transformers
+backend (``model_impl="transformers"``), requests one at a time and all in one batch, against transformers'
+``generate()`` and ``log_softmax`` of its forward on the same token ids, one prompt at a time. Prompts are random
+token ids of different lengths (a batch flattens them into one row: positions must come from ``position_ids``).
+
+``bench``: an hf_vanilla decoder in Llama's shape (RoPE, RMSNorm, SwiGLU, grouped-query attention) and the
+``LlamaForCausalLM`` that ``hf_vanilla.convert.to_hf`` makes of it (identical weights), both checked as above, then
+new tokens/s at batch 1 and 16, the engines taking turns round by round (the order flips every round):
+
+* ``vllm/vanilla (transformers backend)``: hf_vanilla served by vLLM's Transformers backend;
+* ``vllm/llama (transformers backend)``: the Llama served by the same backend;
+* ``vllm/llama (vllm's own)``: the Llama served by vLLM's own implementation (``model_impl="vllm"``);
+* ``transformers/vanilla generate()`` and ``transformers/llama generate()``: greedy ``generate()`` with the KV cache.
+
+Throughputs are medians over rounds with their minimum; a ratio is the median over rounds of the per-round ratio
+(hf_vanilla against the Llama through the same backend is the issue's target, >= 0.95).
+
+``profile``: vLLM's torch profiler around the same requests for the Llama through both implementations (a worker
+of its own, after the timing), its op tables saved next to the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_VENV = ROOT / ".venv-vllm"
+ENV_SCRIPT = ROOT / "scripts" / "vllm_env.sh"
+
+#: Position schemes that add a bias to the attention scores: vLLM's attention takes q, k and v only and drops it.
+BIAS_SCHEMES = ("alibi", "relative")
+#: Head sizes vLLM's CPU attention kernels support.
+CPU_HEAD_SIZES = (32, 512)
+
+#: Agreement bound on every logprob, in nats. Both sides compute in float32 from the same weights and the same
+#: token ids; they differ only in the order of sums (vLLM's GEMMs and paged attention kernel against MKL and SDPA),
+#: which moves a logprob by about 1e-5 here (the check reports transformers' own eager-vs-SDPA spread beside it).
+#: A real fault moves it by orders more: a dropped ALiBi bias or a wrong position costs > 0.1.
+DEFAULT_ATOL = 1e-3
+
+ENGINES = {  # row name -> (model, vLLM model_impl or None for transformers' generate())
+    "vllm/vanilla (transformers backend)": ("vanilla", "transformers"),
+    "vllm/llama (transformers backend)": ("llama", "transformers"),
+    "vllm/llama (vllm's own)": ("llama", "vllm"),
+    "transformers/vanilla generate()": ("vanilla", None),
+    "transformers/llama generate()": ("llama", None),
+}
+#: Short names for --engines.
+ENGINE_KEYS = dict(zip(("vllm-vanilla", "vllm-llama", "vllm-llama-own", "hf-vanilla", "hf-llama"), ENGINES, strict=True))
+TARGET = ("vllm/vanilla (transformers backend)", "vllm/llama (transformers backend)", 0.95)
+RATIOS = (  # (numerator, denominator): what each ratio tells
+    TARGET[:2],
+    ("vllm/llama (transformers backend)", "vllm/llama (vllm's own)"),
+    ("vllm/vanilla (transformers backend)", "transformers/vanilla generate()"),
+    ("vllm/llama (vllm's own)", "transformers/llama generate()"),
+    ("transformers/vanilla generate()", "transformers/llama generate()"),
+)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The benchmark models: small enough for a 2-core CPU, large enough that the matmuls are most of the time."""
+
+    vocab: int = 8192
+    hidden: int = 512
+    layers: int = 8
+    heads: int = 8  # head_dim 64, inside vLLM's CPU kernels' 32-512
+    kv_heads: int = 4
+    ffn: int = 1376  # SwiGLU width ~ 8/3 * hidden, as hf_vanilla's bench
+    max_positions: int = 512
+    init_std: float = 0.1  # sharper logits than 0.02, so greedy choices are rarely near-ties (see compare())
+
+
+# ----------------------------------------------------------------------------------------------
+# Which saved folders vLLM can serve
+
+
+def refusal(config: dict[str, Any]) -> str | None:
+    """Why vLLM's Transformers backend cannot serve the model of this config.json, or None."""
+    if config.get("model_type") != "vanilla":
+        return None  # a native transformers model: vLLM decides
+    family = config.get("architecture", "encoder-decoder")
+    if family != "decoder":
+        return (f"architecture={family!r}: only decoders are checked here. vLLM's Transformers backend does not "
+                "support encoder-decoders, and serves an encoder only as a pooling (embedding) model.")
+    scheme = config.get("position_embedding_type", "sinusoidal")
+    if scheme in BIAS_SCHEMES:
+        return (f"position_embedding_type={scheme!r} adds a bias to the attention scores, and vLLM's attention "
+                "takes q, k and v only: it would drop the bias and serve wrong logprobs. Train with 'rope', "
+                "'sinusoidal', 'learned' or 'none' to serve in vLLM.")
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    low, high = CPU_HEAD_SIZES
+    if not low <= head_dim <= high:
+        return (f"head_dim={head_dim}: vLLM's CPU attention kernels support head sizes {low}-{high} only "
+                "(hidden_size / num_attention_heads, or head_dim).")
+    return None
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    path = folder / "config.json"
+    if not path.is_file():
+        raise SystemExit(f"{folder}: no config.json; pass the folder a run saved its model in (save_pretrained).")
+    return json.loads(path.read_text())
+
+
+def check_servable(folder: Path) -> dict[str, Any]:
+    config = read_config(folder)
+    reason = refusal(config)
+    if reason:
+        raise SystemExit(f"{folder}: vLLM cannot serve this model: {reason}")
+    return config
+
+
+# ----------------------------------------------------------------------------------------------
+# Requests and their answers
+
+
+@dataclass
+class Completion:
+    """One request's answer: the greedy new tokens and the logprobs of each token."""
+
+    tokens: list[int]
+    logprobs: list[float]  # of each new token, given everything before it
+    prompt_logprobs: list[float]  # of prompt token t given tokens < t, for t = 1 .. len(prompt) - 1
+    margins: list[float] | None = None  # transformers only: top-1 minus top-2 logprob before each new token
+
+
+def make_prompts(lengths: Sequence[int], vocab: int, seed: int = 0) -> list[list[int]]:
+    """Random token ids >= 3 (clear of the usual special tokens), one prompt per length, the same every run."""
+    import random
+
+    generator = random.Random(seed)
+    return [[generator.randrange(3, vocab) for _ in range(length)] for length in lengths]
+
+
+# ----------------------------------------------------------------------------------------------
+# Comparing two engines
+
+
+@dataclass
+class Agreement:
+    """How closely a candidate engine's completions match the reference's (transformers')."""
+
+    requests: int
+    new_tokens: int = 0  # new tokens compared (each request's up to where the two may part)
+    tokens_equal: int = 0
+    near_ties: list[str] = field(default_factory=list)  # where the two parted at a near-tie: allowed, not compared on
+    max_prompt_logprob_diff: float = 0.0
+    max_logprob_diff: float = 0.0  # over new tokens both engines chose alike
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+def compare(reference: Sequence[Completion], candidate: Sequence[Completion], atol: float) -> Agreement:
+    """Tokens must be equal and logprobs within ``atol``, with one exception: a choice between two tokens whose
+    reference logprobs differ by at most ``2 * atol`` is a near-tie that the candidate may break the other way
+    (each of the two may move by ``atol``). The request is then compared only up to that step."""
+    if len(reference) != len(candidate):
+        raise ValueError(f"{len(candidate)} completions against {len(reference)} reference completions.")
+    result = Agreement(requests=len(reference))
+    for index, (ref, got) in enumerate(zip(reference, candidate, strict=True)):
+        if len(ref.prompt_logprobs) != len(got.prompt_logprobs):
+            result.failures.append(f"request {index}: {len(got.prompt_logprobs)} prompt logprobs, "
+                                   f"expected {len(ref.prompt_logprobs)}")
+            continue
+        for position, (a, b) in enumerate(zip(ref.prompt_logprobs, got.prompt_logprobs, strict=True), start=1):
+            diff = abs(a - b)
+            result.max_prompt_logprob_diff = max(result.max_prompt_logprob_diff, diff)
+            if not diff <= atol:  # NaN fails too
+                result.failures.append(f"request {index}: prompt token {position} logprob {b:.6f}, "
+                                       f"expected {a:.6f} (|diff| {diff:.2e} > {atol:g})")
+        for step, (want, have) in enumerate(zip(ref.tokens, got.tokens, strict=False)):
+            result.new_tokens += 1
+            if want != have:
+                margin = ref.margins[step] if ref.margins is not None else math.inf
+                where = f"request {index}: new token {step} is {have}, expected {want}"
+                if margin <= 2 * atol:
+                    result.near_ties.append(f"{where} (a near-tie: reference margin {margin:.2e})")
+                else:
+                    result.failures.append(f"{where} (reference margin {margin:.2e} > {2 * atol:g})")
+                break
+            result.tokens_equal += 1
+            diff = abs(ref.logprobs[step] - got.logprobs[step])
+            result.max_logprob_diff = max(result.max_logprob_diff, diff)
+            if not diff <= atol:
+                result.failures.append(f"request {index}: new token {step} logprob {got.logprobs[step]:.6f}, "
+                                       f"expected {ref.logprobs[step]:.6f} (|diff| {diff:.2e} > {atol:g})")
+        else:
+            if len(got.tokens) != len(ref.tokens):
+                result.failures.append(f"request {index}: {len(got.tokens)} new tokens, expected {len(ref.tokens)}")
+    return result
+
+
+def max_spread(first: Sequence[Completion], second: Sequence[Completion]) -> float:
+    """The largest difference between two engines' prompt logprobs (the noise floor of reordered float32 sums)."""
+    return max((abs(a - b) for x, y in zip(first, second, strict=True)
+                for a, b in zip(x.prompt_logprobs, y.prompt_logprobs, strict=True)), default=0.0)
+
+
+# ----------------------------------------------------------------------------------------------
+# transformers' side (the project's venv)
+
+
+def load_transformers(folder: Path, attn: str = "sdpa"):
+    """The saved model through its own code (``trust_remote_code``), as the folder's users load it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True, dtype=torch.float32,
+                                                 attn_implementation=attn)
+    return model.eval()
+
+
+def transformers_completions(model, prompts: Sequence[Sequence[int]], new_tokens: int) -> list[Completion]:
+    """Greedy ``generate()`` one prompt at a time (no padding), then one forward over prompt + new tokens for the
+    logprobs: of each prompt token, of each new token, and the top-2 margin where each new token was chosen."""
+    import torch
+    from transformers import GenerationConfig
+
+    greedy = GenerationConfig(max_new_tokens=new_tokens, do_sample=False, eos_token_id=None, pad_token_id=0,
+                              use_cache=True)
+    completions = []
+    with torch.inference_mode():
+        for prompt in prompts:
+            ids = torch.tensor([list(prompt)])
+            generated = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=greedy)
+            new = generated[0, ids.shape[1]:]
+            if len(new) != new_tokens:
+                raise RuntimeError(f"generate() gave {len(new)} new tokens, asked for {new_tokens}.")
+            logprobs = torch.log_softmax(model(generated, use_cache=False).logits[0].float(), dim=-1)
+            start = ids.shape[1] - 1  # the row that predicts the first new token
+            targets = generated[0, 1:]
+            chosen = logprobs[:-1].gather(1, targets[:, None])[:, 0]
+            top2 = logprobs[start:-1].topk(2, dim=-1).values
+            completions.append(Completion(tokens=new.tolist(), logprobs=chosen[start:].tolist(),
+                                          prompt_logprobs=chosen[:start].tolist(),
+                                          margins=(top2[:, 0] - top2[:, 1]).tolist()))
+    return completions
+
+
+# ----------------------------------------------------------------------------------------------
+# The vLLM worker (runs under the vLLM venv; only the standard library and vllm)
+
+
+def _completion_of(output, logprobs: bool) -> dict[str, Any]:
+    answer = output.outputs[0]
+    tokens = list(answer.token_ids)
+    result: dict[str, Any] = {"tokens": tokens, "logprobs": [], "prompt_logprobs": []}
+    if logprobs:
+        result["logprobs"] = [step[token].logprob for step, token in zip(answer.logprobs, tokens, strict=True)]
+        prompt = list(output.prompt_token_ids)
+        result["prompt_logprobs"] = [step[token].logprob
+                                     for step, token in zip(output.prompt_logprobs[1:], prompt[1:], strict=True)]
+    return result
+
+
+class VllmWorker:
+    """vLLM engines by name, and the requests this script sends them."""
+
+    def __init__(self) -> None:
+        self.engines: dict[str, Any] = {}
+
+    def load(self, name: str, folder: str, impl: str, max_model_len: int, kv_cache_bytes: int,
+             profile_dir: str | None = None, enforce_eager: bool = False) -> dict[str, Any]:
+        import torch
+        import transformers
+        import vllm
+
+        extra = {}
+        if profile_dir:
+            extra["profiler_config"] = {"profiler": "torch", "torch_profiler_dir": profile_dir,
+                                        "torch_profiler_with_stack": False}
+        start = time.perf_counter()
+        self.engines[name] = vllm.LLM(
+            model=folder, model_impl=impl, trust_remote_code=True, dtype="float32", skip_tokenizer_init=True,
+            max_model_len=max_model_len, kv_cache_memory_bytes=kv_cache_bytes, enable_prefix_caching=False,
+            seed=0, enforce_eager=enforce_eager, **extra)
+        return {"seconds": time.perf_counter() - start, "vllm": vllm.__version__, "torch": torch.__version__,
+                "transformers": transformers.__version__}
+
+    def generate(self, name: str, prompts: list[list[int]], max_tokens: int, logprobs: bool = False,
+                 together: bool = True, profile: bool = False) -> dict[str, Any]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        engine = self.engines[name]
+        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False,
+                                logprobs=1 if logprobs else None, prompt_logprobs=1 if logprobs else None)
+        requests = [TokensPrompt(prompt_token_ids=prompt) for prompt in prompts]
+        if profile:
+            engine.start_profile()
+        start = time.perf_counter()
+        if together:
+            outputs = engine.generate(requests, params, use_tqdm=False)
+        else:
+            outputs = [engine.generate([request], params, use_tqdm=False)[0] for request in requests]
+        seconds = time.perf_counter() - start
+        if profile:
+            engine.stop_profile()
+        return {"seconds": seconds, "completions": [_completion_of(output, logprobs) for output in outputs]}
+
+    def close(self, name: str) -> dict[str, Any]:
+        self.engines.pop(name).llm_engine.engine_core.shutdown()
+        return {}
+
+
+def worker_main() -> int:
+    """Serve requests from stdin, one JSON line each, answering on the original stdout. vLLM logs to stdout:
+    everything but the answers goes to stderr (the orchestrator's log file)."""
+    answers = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    worker = VllmWorker()
+    for line in sys.stdin:
+        request = json.loads(line)
+        op = request.pop("op")
+        if op == "quit":
+            break
+        try:
+            reply = getattr(worker, op)(**request)
+        except Exception as error:  # the orchestrator raises it with the worker's log
+            reply = {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()}
+        answers.write(json.dumps(reply) + "\n")
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------
+# Talking to the worker (the project's venv)
+
+
+def ensure_venv(venv: Path, log: Callable[[str], None]) -> Path:
+    """The vLLM venv's python, building the venv first if it cannot import vllm (about 5 minutes, 3.5 GB)."""
+    python = venv / "bin" / "python"
+    if python.exists() and subprocess.run([python, "-c", "import vllm"], capture_output=True).returncode == 0:
+        return python
+    log(f"building the vLLM venv at {venv} with {ENV_SCRIPT.name} (about 5 minutes, 3.5 GB)...")
+    start = time.perf_counter()
+    subprocess.run(["bash", str(ENV_SCRIPT), str(venv)], check=True, stdout=sys.stderr)
+    log(f"built in {time.perf_counter() - start:.0f} s")
+    return python
+
+
+def worker_env(threads: int) -> dict[str, str]:
+    """Offline, and vLLM's OpenMP threads bound to the first ``threads`` cores (its default would keep one core of
+    a small machine for the scheduler); a KV cache sized by the script, not by a share of memory."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_CPU_OMP_THREADS_BIND=f"0-{threads - 1}",
+               VLLM_NO_USAGE_STATS="1", TOKENIZERS_PARALLELISM="false")
+    env.pop("PYTHONPATH", None)  # the worker must not import this checkout's packages
+    return env
+
+
+class Worker:
+    """The vLLM side: a subprocess under the vLLM venv, one JSON line per request and per answer."""
+
+    def __init__(self, python: Path, threads: int, log_path: Path):
+        self.log_path = log_path
+        self._log = open(log_path, "a")
+        self.process = subprocess.Popen([str(python), __file__, "worker"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=self._log, text=True, env=worker_env(threads),
+                                        cwd=tempfile.gettempdir(), start_new_session=True)
+
+    def call(self, op: str, **arguments: Any) -> dict[str, Any]:
+        self.process.stdin.write(json.dumps({"op": op, **arguments}) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the vLLM worker exited ({self.process.poll()}); its log: {self.log_path}\n"
+                               + _tail(self.log_path))
+        reply = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError(f"vLLM worker, {op}: {reply['error']}\n{reply['traceback']}\nlog: {self.log_path}")
+        return reply
+
+    def completions(self, name: str, prompts: Sequence[Sequence[int]], max_tokens: int,
+                    together: bool) -> list[Completion]:
+        reply = self.call("generate", name=name, prompts=[list(p) for p in prompts], max_tokens=max_tokens,
+                          logprobs=True, together=together)
+        return [Completion(**completion) for completion in reply["completions"]]
+
+    def close(self, timeout: float = 60) -> None:
+        """Ask the worker to quit; if it does not within ``timeout`` (busy, or interrupted mid-request), end its
+        session: the worker and the engine processes vLLM started under it."""
+        if self.process.poll() is None:
+            try:
+                self.process.stdin.write(json.dumps({"op": "quit"}) + "\n")
+                self.process.stdin.flush()
+                self.process.wait(timeout=timeout)
+            except (OSError, subprocess.TimeoutExpired):
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self._log.close()
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+# ----------------------------------------------------------------------------------------------
+# check: one saved folder
+
+
+@dataclass
+class CheckResult:
+    model: str
+    folder: str
+    atol: float
+    requests: int
+    new_tokens: int
+    floor: float  # transformers eager against SDPA: the spread of reordered sums alone
+    single: Agreement
+    batched: Agreement
+
+    @property
+    def passed(self) -> bool:
+        return self.single.passed and self.batched.passed
+
+
+def check_lengths(max_len: int, new_tokens: int) -> list[int]:
+    """Prompt lengths from 3 to as long as the model allows, uneven, so a batch mixes lengths."""
+    longest = max(3, min(40, max_len - new_tokens))
+    return sorted({3, 7, 12, 17, 23, 31, longest} & set(range(3, longest + 1)))
+
+
+@dataclass
+class Reference:
+    """transformers' answers for one saved folder, and its own spread between two attention kernels."""
+
+    prompts: list[list[int]]
+    completions: list[Completion]
+    floor: float  # max |prompt logprob| difference, eager against SDPA: what reordered float32 sums alone give
+
+
+def reference_for(folder: Path, new_tokens: int) -> Reference:
+    config = read_config(folder)
+    prompts = make_prompts(check_lengths(config.get("max_position_embeddings", 512), new_tokens),
+                           config["vocab_size"], seed=1)
+    completions = transformers_completions(load_transformers(folder), prompts, new_tokens)
+    eager = transformers_completions(load_transformers(folder, "eager"), prompts, new_tokens)
+    return Reference(prompts, completions, max_spread(completions, eager))
+
+
+def check_engine(worker: Worker, name: str, folder: Path, reference: Reference, atol: float, log) -> CheckResult:
+    """Greedy tokens and logprobs of the engine ``name`` (loaded from ``folder``) against transformers."""
+    new_tokens = len(reference.completions[0].tokens)
+    results = {together: compare(reference.completions,
+                                 worker.completions(name, reference.prompts, new_tokens, together=together), atol)
+               for together in (False, True)}
+    result = CheckResult(name, str(folder), atol, len(reference.prompts), new_tokens, reference.floor,
+                         results[False], results[True])
+    for mode, agreement in (("single", result.single), ("batched", result.batched)):
+        log(f"  {name} {mode}: tokens {agreement.tokens_equal}/{agreement.new_tokens} equal, max |logprob diff| "
+            f"prompt {agreement.max_prompt_logprob_diff:.2e} new {agreement.max_logprob_diff:.2e} "
+            f"(transformers eager vs sdpa {reference.floor:.2e}); {'PASS' if agreement.passed else 'FAIL'}")
+        for line in agreement.near_ties + agreement.failures[:10]:
+            log(f"    {line}")
+    return result
+
+
+def model_len(config: dict[str, Any]) -> int:
+    return min(int(config.get("max_position_embeddings") or 512), 512)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    folder = Path(args.folder).resolve()
+    config = check_servable(folder)
+    out = Path(args.out or tempfile.mkdtemp(prefix="vllm-check-"))
+    out.mkdir(parents=True, exist_ok=True)
+    _set_threads(args.threads)
+    worker = Worker(ensure_venv(Path(args.venv), log), args.threads, out / "worker.log")
+    try:
+        loaded = worker.call("load", name="model", folder=str(folder), impl="transformers",
+                             max_model_len=model_len(config), kv_cache_bytes=args.kv_cache_mib << 20,
+                             enforce_eager=args.eager)
+        log(f"vLLM {loaded['vllm']} (torch {loaded['torch']}, transformers {loaded['transformers']}) "
+            f"loaded {folder} in {loaded['seconds']:.0f} s")
+        result = check_engine(worker, "model", folder, reference_for(folder, args.new_tokens), args.atol, log)
+    finally:
+        worker.close()
+    _write_json(out / "check.json", {"versions": loaded, "check": _check_json(result)})
+    print(check_table([result]))
+    return 0 if result.passed else 1
+
+
+# ----------------------------------------------------------------------------------------------
+# bench: the same-shape pair
+
+
+def build_pair(shape: Shape, folder: Path, seed: int = 0) -> dict[str, Path]:
+    """An hf_vanilla decoder in Llama's shape and its Llama (identical weights), saved with their code."""
+    import torch
+
+    from hf_vanilla import VanillaConfig, VanillaForCausalLM, register
+    from hf_vanilla.convert import to_hf
+
+    register()  # save_pretrained then copies the model files and writes auto_map
+    torch.manual_seed(seed)
+    config = VanillaConfig.from_preset(
+        "llama", vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.ffn,
+        num_hidden_layers=shape.layers, num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
+        max_position_embeddings=shape.max_positions, initializer_range=shape.init_std,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2)
+    vanilla = VanillaForCausalLM(config).eval()
+    llama = to_hf(vanilla).eval()
+    paths = {"vanilla": folder / "vanilla", "llama": folder / "llama"}
+    vanilla.save_pretrained(paths["vanilla"])
+    llama.save_pretrained(paths["llama"])
+    return paths
+
+
+@dataclass
+class Throughput:
+    engine: str
+    batch: int
+    median: float  # new tokens/s
+    minimum: float
+    maximum: float
+    rounds: int
+
+
+@dataclass
+class Ratio:
+    numerator: str
+    denominator: str
+    batch: int
+    median: float  # median over rounds of the per-round ratio of new tokens/s
+    minimum: float
+    maximum: float
+
+
+def throughputs(times: dict[str, list[float]], batch: int, new_tokens: int) -> list[Throughput]:
+    rows = []
+    for engine, seconds in times.items():
+        rates = [batch * new_tokens / s for s in seconds]
+        rows.append(Throughput(engine, batch, statistics.median(rates), min(rates), max(rates), len(rates)))
+    return rows
+
+
+def ratios(times: dict[str, list[float]], batch: int, pairs: Sequence[tuple[str, str]]) -> list[Ratio]:
+    """Per-round ratios of throughput (= inverse ratios of seconds), summarised over the rounds."""
+    rows = []
+    for numerator, denominator in pairs:
+        if numerator in times and denominator in times:
+            per_round = [d / n for n, d in zip(times[numerator], times[denominator], strict=True)]
+            rows.append(Ratio(numerator, denominator, batch, statistics.median(per_round), min(per_round),
+                              max(per_round)))
+    return rows
+
+
+#: vLLM's worker process spins (sched_yield) for 1 s after each request before it sleeps: the next engine's turn
+#: waits that out, untimed, so that no engine is timed beside another one's spinning.
+SPIN_SECONDS = 1.5
+
+
+def time_engines(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
+    from hf_vanilla.bench import alternate
+
+    return alternate(runs, repeats, warmup=1, pause=SPIN_SECONDS)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    import torch
+
+    from hf_vanilla.bench import generation
+
+    shape = Shape()
+    out = Path(args.out or tempfile.mkdtemp(prefix="vllm-bench-"))
+    out.mkdir(parents=True, exist_ok=True)
+    _set_threads(args.threads)
+    paths = {name: Path(path) for name, path in args.models.items()} if args.models else \
+        build_pair(shape, out / "models")
+    for path in paths.values():
+        check_servable(path)
+    log(f"models: {', '.join(str(path) for path in paths.values())}; threads {args.threads}")
+    python = ensure_venv(Path(args.venv), log)
+    worker = Worker(python, args.threads, out / "worker.log")
+    hf_models = {name: load_transformers(path) for name, path in paths.items()}
+    report: dict[str, Any] = {"shape": asdict(shape), "threads": args.threads, "repeats": args.repeats,
+                              "compiled": not args.eager,
+                              "prompt_tokens": args.prompt_tokens, "new_tokens": args.bench_tokens,
+                              "machine": machine(), "loads": {}, "checks": [], "throughputs": [], "ratios": []}
+    engines = {ENGINE_KEYS[key]: ENGINES[ENGINE_KEYS[key]] for key in args.engines}
+    try:
+        for engine, (model, impl) in engines.items():
+            if impl is None:
+                continue
+            loaded = worker.call("load", name=engine, folder=str(paths[model]), impl=impl,
+                                 max_model_len=shape.max_positions, kv_cache_bytes=args.kv_cache_mib << 20,
+                                 enforce_eager=args.eager)
+            report["versions"] = {key: loaded[key] for key in ("vllm", "torch", "transformers")}
+            report["loads"][engine] = loaded["seconds"]
+            log(f"loaded {engine} in {loaded['seconds']:.0f} s")
+        references = {model: reference_for(path, args.new_tokens) for model, path in paths.items()}
+        results = [check_engine(worker, engine, paths[model], references[model], args.atol, log)
+                   for engine, (model, impl) in engines.items() if impl is not None]
+        report["checks"] = [_check_json(result) for result in results]
+        for batch in args.batches:
+            prompts = make_prompts([args.prompt_tokens] * batch, shape.vocab, seed=2)
+            ids = torch.tensor(prompts)
+            inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+            runs: dict[str, Callable[[], object]] = {}
+            for engine, (model, impl) in engines.items():
+                if impl is None:
+                    runs[engine] = generation(hf_models[model], inputs, args.bench_tokens)
+                else:
+                    runs[engine] = _vllm_run(worker, engine, prompts, args.bench_tokens)
+            log(f"timing batch {batch}: {args.repeats} rounds of {len(runs)} engines")
+            before = os.getloadavg()[0]
+            times = time_engines(runs, args.repeats)
+            report.setdefault("load_average", {})[str(batch)] = [before, os.getloadavg()[0]]  # 1-minute, before/after
+            report["throughputs"] += [asdict(row) for row in throughputs(times, batch, args.bench_tokens)]
+            report["ratios"] += [asdict(row) for row in ratios(times, batch, RATIOS)]
+            report.setdefault("seconds", {})[str(batch)] = times
+    finally:
+        worker.close()
+    _write_json(out / "bench.json", report)
+    table = bench_markdown(report, results)
+    (out / "bench.md").write_text(table + "\n")
+    print(table)
+    return 0 if all(result.passed for result in results) else 1
+
+
+def _vllm_run(worker: Worker, engine: str, prompts: list[list[int]], new_tokens: int) -> Callable[[], None]:
+    def run() -> None:
+        reply = worker.call("generate", name=engine, prompts=prompts, max_tokens=new_tokens, together=True)
+        produced = sum(len(completion["tokens"]) for completion in reply["completions"])
+        if produced != len(prompts) * new_tokens:
+            raise RuntimeError(f"{engine} produced {produced} new tokens, asked for {len(prompts) * new_tokens}.")
+
+    return run
+
+
+# ----------------------------------------------------------------------------------------------
+# profile: where the Transformers backend's time goes
+
+
+def run_profile(args: argparse.Namespace) -> int:
+    """Each implementation loaded once with vLLM's torch profiler; per batch size two warm-up requests, then one
+    profiled request, whose op table (self CPU time, the worker process) is kept as ``<impl>-b<batch>.txt``."""
+    shape = Shape()
+    out = Path(args.out or tempfile.mkdtemp(prefix="vllm-profile-"))
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {name: Path(path) for name, path in args.models.items()} if args.models else \
+        build_pair(shape, out / "models")
+    worker = Worker(ensure_venv(Path(args.venv), log), args.threads, out / "worker-profile.log")
+    summary: dict[str, Any] = {}
+    try:
+        for engine in ("vllm/llama (transformers backend)", "vllm/llama (vllm's own)"):
+            model, impl = ENGINES[engine]
+            slug = impl + ("-eager" if args.eager else "")
+            directory = out / "profile" / slug
+            directory.mkdir(parents=True, exist_ok=True)
+            worker.call("load", name=engine, folder=str(paths[model]), impl=impl, max_model_len=shape.max_positions,
+                        kv_cache_bytes=args.kv_cache_mib << 20, profile_dir=str(directory), enforce_eager=args.eager)
+            for batch in args.batches:
+                prompts = make_prompts([args.prompt_tokens] * batch, shape.vocab, seed=2)
+                warm = [worker.call("generate", name=engine, prompts=prompts, max_tokens=args.bench_tokens)["seconds"]
+                        for _ in range(2)]
+                reply = worker.call("generate", name=engine, prompts=prompts, max_tokens=args.bench_tokens,
+                                    profile=True)
+                tables = sorted(directory.glob("*profiler_out*.txt"))
+                kept = [str(table.rename(out / "profile" / f"{slug}-b{batch}{'' if i == 0 else f'-{i}'}.txt"))
+                        for i, table in enumerate(tables)]
+                summary[f"{slug}-b{batch}"] = {"unprofiled_seconds": warm, "profiled_seconds": reply["seconds"],
+                                               "tables": kept}
+                log(f"profiled {engine} at batch {batch}: {reply['seconds']:.2f} s (unprofiled "
+                    f"{min(warm):.2f} s); tables {kept}")
+            worker.call("close", name=engine)
+    finally:
+        worker.close()
+    _write_json(out / "profile.json", summary)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------
+# Output
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    try:
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+            if line.startswith("Model name:"):
+                model = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return {"cpu": model, "cores": os.cpu_count()}
+
+
+def _check_json(result: CheckResult) -> dict[str, Any]:
+    return {**asdict(result), "passed": result.passed, "single": {**asdict(result.single), "passed": result.single.passed},
+            "batched": {**asdict(result.batched), "passed": result.batched.passed}}
+
+
+def check_table(results: Sequence[CheckResult]) -> str:
+    """Markdown: one row per engine and request mode."""
+    lines = ["| engine | requests | new tokens equal | max \\|Δ logprob\\| prompt | max \\|Δ logprob\\| new | "
+             "eager vs sdpa | near-ties | result |", "|---|---|---:|---:|---:|---:|---:|---|"]
+    for result in results:
+        for mode, agreement in (("one at a time", result.single), ("one batch", result.batched)):
+            lines.append(f"| {result.model} | {mode} | {agreement.tokens_equal}/{agreement.new_tokens} | "
+                         f"{agreement.max_prompt_logprob_diff:.1e} | {agreement.max_logprob_diff:.1e} | "
+                         f"{result.floor:.1e} | {len(agreement.near_ties)} | "
+                         f"{'pass' if agreement.passed else 'FAIL'} |")
+    return "\n".join(lines)
+
+
+def throughput_table(rows: Sequence[dict[str, Any]]) -> str:
+    lines = ["| engine | batch | new tokens/s (median) | min | max | rounds |", "|---|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['engine']} | {r['batch']} | {r['median']:,.1f} | {r['minimum']:,.1f} | {r['maximum']:,.1f} | "
+              f"{r['rounds']} |" for r in rows]
+    return "\n".join(lines)
+
+
+def ratio_table(rows: Sequence[dict[str, Any]]) -> str:
+    lines = ["| ratio of new tokens/s | batch | median | min | max |", "|---|---:|---:|---:|---:|"]
+    lines += [f"| {r['numerator']} / {r['denominator']} | {r['batch']} | {r['median']:.3f} | {r['minimum']:.3f} | "
+              f"{r['maximum']:.3f} |" for r in rows]
+    return "\n".join(lines)
+
+
+def bench_markdown(report: dict[str, Any], results: Sequence[CheckResult]) -> str:
+    versions = report.get("versions", {})
+    target = [r for r in report["ratios"] if (r["numerator"], r["denominator"]) == TARGET[:2]]
+    verdict = ", ".join(f"batch {r['batch']}: {r['median']:.3f} ({'met' if r['median'] >= TARGET[2] else 'NOT met'})"
+                        for r in target)
+    return "\n\n".join([
+        f"vLLM {versions.get('vllm', '?')}, torch {versions.get('torch', '?')}, transformers (vLLM side) "
+        f"{versions.get('transformers', '?')}; vLLM {'compiled (its default)' if report.get('compiled', True) else 'eager (enforce_eager)'}; "
+        f"{report['machine']['cpu']}, {report['threads']} threads; prompts of "
+        f"{report['prompt_tokens']} tokens, {report['new_tokens']} new tokens each, {report['repeats']} rounds; "
+        f"load average (1 min) before/after timing: {_loads(report)}.",
+        check_table(results), throughput_table(report["throughputs"]), ratio_table(report["ratios"]),
+        f"Target hf_vanilla / Llama through the same backend >= {TARGET[2]}: {verdict}.",
+    ])
+
+
+def _loads(report: dict[str, Any]) -> str:
+    loads = report.get("load_average", {})
+    return ", ".join(f"batch {batch} {a:.1f}/{b:.1f}" for batch, (a, b) in loads.items()) or "not recorded"
+
+
+def _write_json(path: Path, payload: Any) -> None:
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+
+
+def _set_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line
+
+
+def _models(value: str) -> dict[str, str]:
+    """``vanilla=DIR,llama=DIR``: saved models to use instead of building the pair."""
+    pairs = dict(item.split("=", 1) for item in value.split(",") if "=" in item)
+    if set(pairs) != {"vanilla", "llama"}:
+        raise argparse.ArgumentTypeError(f"--models wants vanilla=DIR,llama=DIR, got {value!r}.")
+    return pairs
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--venv", default=str(DEFAULT_VENV), help=f"the vLLM venv (default {DEFAULT_VENV}; built if absent)")
+    common.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                        help="torch threads here and vLLM's bound OpenMP threads (default: every core)")
+    common.add_argument("--out", help="folder for results, logs and built models (default: a new temp folder)")
+    common.add_argument("--kv-cache-mib", type=int, default=256, help="vLLM's KV cache per engine (default 256 MiB)")
+    common.add_argument("--new-tokens", type=int, default=24, help="new tokens per request in the check (default 24)")
+    common.add_argument("--atol", type=float, default=DEFAULT_ATOL, help=f"logprob tolerance (default {DEFAULT_ATOL})")
+    common.add_argument("--eager", action="store_true",
+                        help="vLLM without its torch.compile (enforce_eager): loads in seconds instead of minutes")
+
+    check = commands.add_parser("check", parents=[common], help="check a saved decoder in vLLM against transformers")
+    check.add_argument("folder", help="a folder a run saved its model in (config.json, weights, model files)")
+    check.set_defaults(func=run_check)
+
+    timing = argparse.ArgumentParser(add_help=False)
+    timing.add_argument("--batches", type=int, nargs="+", default=[1, 16], help="batch sizes (default 1 16)")
+    timing.add_argument("--prompt-tokens", type=int, default=16, help="prompt length when timing (default 16)")
+    timing.add_argument("--bench-tokens", type=int, default=64, help="new tokens per request when timing (default 64)")
+    timing.add_argument("--models", type=_models, help="vanilla=DIR,llama=DIR: saved models instead of building them")
+
+    bench = commands.add_parser("bench", parents=[common, timing], help="check and time hf_vanilla against Llama")
+    bench.add_argument("--repeats", type=int, default=7, help="timed rounds per batch size (default 7)")
+    bench.add_argument("--engines", nargs="+", choices=ENGINE_KEYS, default=list(ENGINE_KEYS),
+                       help="which engines take turns (default: all)")
+    bench.set_defaults(func=run_bench)
+
+    profile = commands.add_parser("profile", parents=[common, timing],
+                                  help="torch profiler tables: the Llama through both vLLM implementations")
+    profile.set_defaults(func=run_profile)
+
+    commands.add_parser("worker", help="(internal) the vLLM side; runs under the vLLM venv")
+    args = parser.parse_args(argv)
+    if args.command != "worker" and args.threads < 1:
+        parser.error("--threads must be at least 1")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.command == "worker":
+        return worker_main()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # run the finally blocks: close workers
+    sys.path.insert(0, str(ROOT))  # hf_vanilla from this checkout
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

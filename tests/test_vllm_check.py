@@ -1,0 +1,244 @@
+"""scripts/vllm_check.py without vLLM: which folders it refuses, how it compares two engines, its reference side
+(transformers), the worker protocol, and the tables. vLLM itself (3.5 GB) stays out of the default suite."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from hf_vanilla import VanillaConfig, VanillaForCausalLM
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("vllm_check", ROOT / "scripts" / "vllm_check.py")
+vllm_check = importlib.util.module_from_spec(spec)
+sys.modules["vllm_check"] = vllm_check  # dataclasses look their module up by name
+spec.loader.exec_module(vllm_check)
+
+Completion = vllm_check.Completion
+TINY = vllm_check.Shape(vocab=96, hidden=64, layers=2, heads=2, kv_heads=1, ffn=96, max_positions=64)
+
+
+def decoder_config(**overrides) -> dict:
+    fields = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=2,
+                  max_position_embeddings=64)
+    return VanillaConfig.from_preset("tiny-gpt2", **{**fields, **overrides}).to_dict()
+
+
+# ----------------------------------------------------------------------------------------------
+# Refusals
+
+
+def test_a_decoder_without_a_bias_is_servable():
+    assert vllm_check.refusal(decoder_config()) is None
+    assert vllm_check.refusal(decoder_config(position_embedding_type="rope")) is None
+
+
+@pytest.mark.parametrize("scheme", vllm_check.BIAS_SCHEMES)
+def test_a_bias_scheme_is_refused_naming_the_scheme(scheme):
+    reason = vllm_check.refusal(decoder_config(position_embedding_type=scheme))
+    assert f"position_embedding_type={scheme!r}" in reason and "drop the bias" in reason
+
+
+@pytest.mark.parametrize("family, words", [("encoder-decoder", "does not support encoder-decoders"),
+                                            ("encoder", "pooling")])
+def test_other_families_are_refused(family, words):
+    config = VanillaConfig.from_preset("tiny-bert" if family == "encoder" else "tiny-transformer",
+                                       hidden_size=64, num_attention_heads=2).to_dict()
+    reason = vllm_check.refusal(config)
+    assert f"architecture={family!r}" in reason and words in reason
+
+
+def test_a_head_size_outside_the_cpu_kernels_is_refused():
+    reason = vllm_check.refusal(decoder_config(num_attention_heads=4))  # head_dim 16
+    assert "head_dim=16" in reason and "32-512" in reason
+
+
+def test_native_models_are_left_to_vllm():
+    assert vllm_check.refusal({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 8}) is None
+
+
+def test_the_command_refuses_a_bias_scheme_before_building_vllm(tmp_path, capsys):
+    folder = tmp_path / "alibi"
+    VanillaForCausalLM(VanillaConfig(**{**decoder_config(position_embedding_type="alibi"),
+                                        "max_position_embeddings": 64})).save_pretrained(folder)
+    venv = tmp_path / "never-built"
+    with pytest.raises(SystemExit, match="position_embedding_type='alibi'"):
+        vllm_check.main(["check", str(folder), "--venv", str(venv)])
+    assert not venv.exists()
+
+
+def test_a_folder_without_a_config_is_refused(tmp_path):
+    with pytest.raises(SystemExit, match="no config.json"):
+        vllm_check.check_servable(tmp_path)
+
+
+# ----------------------------------------------------------------------------------------------
+# Comparing completions
+
+
+def completion(tokens=(5, 6, 7), logprobs=(-1.0, -2.0, -3.0), prompt=(-4.0, -5.0), margins=(1.0, 1.0, 1.0)):
+    return Completion(list(tokens), list(logprobs), list(prompt), list(margins) if margins else None)
+
+
+def test_identical_completions_agree():
+    result = vllm_check.compare([completion(), completion()], [completion(margins=None)] * 2, atol=1e-3)
+    assert result.passed and result.tokens_equal == result.new_tokens == 6
+    assert result.max_prompt_logprob_diff == result.max_logprob_diff == 0.0
+
+
+def test_logprobs_within_the_tolerance_agree_and_beyond_it_fail():
+    close = vllm_check.compare([completion()], [completion(prompt=(-4.0009, -5.0))], atol=1e-3)
+    assert close.passed and close.max_prompt_logprob_diff == pytest.approx(9e-4)
+    far = vllm_check.compare([completion()], [completion(logprobs=(-1.0, -2.002, -3.0))], atol=1e-3)
+    assert not far.passed and "new token 1 logprob" in far.failures[0]
+    assert far.tokens_equal == 3  # a logprob beyond the tolerance does not stop the token comparison
+
+
+def test_nan_logprobs_fail():
+    result = vllm_check.compare([completion()], [completion(prompt=(math.nan, -5.0))], atol=1e-3)
+    assert not result.passed and "prompt token 1" in result.failures[0]
+
+
+def test_a_different_token_at_a_clear_choice_fails():
+    result = vllm_check.compare([completion()], [completion(tokens=(5, 9, 7))], atol=1e-3)
+    assert not result.passed and "new token 1 is 9, expected 6" in result.failures[0]
+    assert (result.tokens_equal, result.new_tokens) == (1, 2)  # the request is compared up to where it parted
+
+
+def test_a_different_token_at_a_near_tie_is_allowed_and_ends_the_comparison():
+    reference = completion(margins=(1.0, 1.5e-3, 1.0))
+    result = vllm_check.compare([reference], [completion(tokens=(5, 9, 8), logprobs=(-1.0, -9.0, -9.0))], atol=1e-3)
+    assert result.passed and len(result.near_ties) == 1 and "near-tie" in result.near_ties[0]
+    assert (result.tokens_equal, result.new_tokens) == (1, 2)
+    just_beyond = completion(margins=(1.0, 2.5e-3, 1.0))
+    assert not vllm_check.compare([just_beyond], [completion(tokens=(5, 9, 8))], atol=1e-3).passed
+
+
+def test_missing_tokens_or_requests_fail():
+    short = vllm_check.compare([completion()], [completion(tokens=(5, 6), logprobs=(-1.0, -2.0))], atol=1e-3)
+    assert not short.passed and "2 new tokens, expected 3" in short.failures[0]
+    with pytest.raises(ValueError, match="1 completions against 2"):
+        vllm_check.compare([completion(), completion()], [completion()], atol=1e-3)
+
+
+# ----------------------------------------------------------------------------------------------
+# The reference side: transformers on the saved pair
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    return vllm_check.build_pair(TINY, tmp_path_factory.mktemp("pair"))
+
+
+def test_the_pair_is_saved_with_its_code_and_is_servable(pair):
+    vanilla = json.loads((pair["vanilla"] / "config.json").read_text())
+    assert vanilla["architecture"] == "decoder" and vanilla["position_embedding_type"] == "rope"
+    assert (pair["vanilla"] / "modeling_vanilla.py").is_file()
+    assert json.loads((pair["llama"] / "config.json").read_text())["model_type"] == "llama"
+    for folder in pair.values():
+        vllm_check.check_servable(folder)
+
+
+def test_transformers_completions_are_its_greedy_tokens_and_log_softmax(pair):
+    prompts = vllm_check.make_prompts([3, 7], TINY.vocab, seed=1)
+    model = vllm_check.load_transformers(pair["vanilla"])
+    completions = vllm_check.transformers_completions(model, prompts, new_tokens=5)
+    for prompt, answer in zip(prompts, completions, strict=True):
+        ids = torch.tensor([prompt + answer.tokens])
+        with torch.no_grad():
+            logprobs = torch.log_softmax(model(ids).logits[0], dim=-1)
+        targets = ids[0, 1:]
+        expected = logprobs[:-1].gather(1, targets[:, None])[:, 0]
+        torch.testing.assert_close(torch.tensor(answer.prompt_logprobs + answer.logprobs), expected)
+        assert answer.tokens == logprobs[len(prompt) - 1:-1].argmax(-1).tolist()  # greedy
+        assert len(answer.prompt_logprobs) == len(prompt) - 1 and all(m >= 0 for m in answer.margins)
+
+
+def test_the_llama_of_the_pair_computes_what_hf_vanilla_computes(pair):
+    prompts = vllm_check.make_prompts([4, 9], TINY.vocab, seed=1)
+    vanilla, llama = (vllm_check.transformers_completions(vllm_check.load_transformers(pair[name]), prompts, 6)
+                      for name in ("vanilla", "llama"))
+    result = vllm_check.compare(vanilla, llama, atol=1e-5)
+    assert result.passed and result.tokens_equal == 12
+
+
+# ----------------------------------------------------------------------------------------------
+# The worker protocol (the project's python stands in for the vLLM venv's: vllm is absent here)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed: the load would run")
+def test_a_worker_error_comes_back_with_its_log(tmp_path):
+    worker = vllm_check.Worker(Path(sys.executable), threads=1, log_path=tmp_path / "worker.log")
+    try:
+        with pytest.raises(RuntimeError, match="No module named 'vllm'"):
+            worker.call("load", name="m", folder=str(tmp_path), impl="transformers", max_model_len=64,
+                        kv_cache_bytes=1 << 20)
+        with pytest.raises(RuntimeError, match="KeyError"):  # the worker survives an error and answers again
+            worker.call("close", name="never-loaded")
+    finally:
+        worker.close()
+    assert worker.process.returncode == 0
+
+
+def test_a_worker_that_does_not_quit_is_ended_with_its_session(tmp_path):
+    worker = vllm_check.Worker(Path(sys.executable), threads=1, log_path=tmp_path / "worker.log")
+    worker.close(timeout=0)  # still starting: no time to quit
+    assert worker.process.returncode == -signal.SIGKILL
+
+
+def test_the_worker_runs_offline_and_without_this_checkout(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    env = vllm_check.worker_env(threads=2)
+    assert env["HF_HUB_OFFLINE"] == "1" and env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1" and "PYTHONPATH" not in env
+
+
+# ----------------------------------------------------------------------------------------------
+# Figures and tables
+
+
+def test_throughputs_and_paired_ratios():
+    times = {"a": [1.0, 2.0, 4.0], "b": [2.0, 2.0, 2.0]}
+    rows = {row.engine: row for row in vllm_check.throughputs(times, batch=2, new_tokens=10)}
+    assert (rows["a"].median, rows["a"].minimum, rows["a"].maximum, rows["a"].rounds) == (10.0, 5.0, 20.0, 3)
+    (ratio,) = vllm_check.ratios(times, batch=2, pairs=[("a", "b"), ("a", "absent")])
+    assert (ratio.median, ratio.minimum, ratio.maximum) == (1.0, 0.5, 2.0)  # per round: 2, 1, 0.5
+
+
+def test_the_markdown_report_states_the_target_and_every_figure():
+    times = {engine: [1.0, 1.0] for engine in vllm_check.ENGINES}
+    times["vllm/vanilla (transformers backend)"] = [1.25, 1.25]  # 0.8x the Llama through the same backend
+    report = {"versions": {"vllm": "0.32.0", "torch": "2.13.0", "transformers": "5.19.0"}, "threads": 2,
+              "prompt_tokens": 16, "new_tokens": 64, "repeats": 2, "machine": {"cpu": "AMD EPYC", "cores": 2},
+              "load_average": {"16": [1.5, 2.3]},
+              "throughputs": [vars(r) for r in vllm_check.throughputs(times, 16, 64)],
+              "ratios": [vars(r) for r in vllm_check.ratios(times, 16, vllm_check.RATIOS)]}
+    agreement = vllm_check.Agreement(requests=2, new_tokens=8, tokens_equal=8, max_prompt_logprob_diff=2e-6)
+    check = vllm_check.CheckResult("vllm/llama (vllm's own)", "/x", 1e-3, 2, 4, 1e-6, agreement, agreement)
+    text = vllm_check.bench_markdown(report, [check])
+    assert "vLLM 0.32.0" in text and "AMD EPYC, 2 threads" in text and "batch 16 1.5/2.3" in text
+    assert "| vllm/llama (vllm's own) | one batch | 8/8 | 2.0e-06 |" in text
+    assert "| vllm/vanilla (transformers backend) | 16 | 819.2 | 819.2 | 819.2 | 2 |" in text
+    assert "batch 16: 0.800 (NOT met)" in text
+
+
+def test_arguments():
+    args = vllm_check.parse_args(["bench"])
+    assert args.batches == [1, 16] and args.threads >= 1 and args.atol == vllm_check.DEFAULT_ATOL
+    assert [vllm_check.ENGINE_KEYS[key] for key in args.engines] == list(vllm_check.ENGINES)
+    args = vllm_check.parse_args(["bench", "--models", "vanilla=/a,llama=/b", "--threads", "2", "--engines",
+                                  "vllm-vanilla", "vllm-llama"])
+    assert args.models == {"vanilla": "/a", "llama": "/b"} and args.threads == 2
+    assert args.engines == ["vllm-vanilla", "vllm-llama"]
+    with pytest.raises(SystemExit):
+        vllm_check.parse_args(["bench", "--models", "vanilla=/a"])
+    with pytest.raises(SystemExit):
+        vllm_check.parse_args(["check", "/x", "--threads", "0"])
+    with pytest.raises(SystemExit):
+        vllm_check.parse_args(["bench", "--engines", "vllm"])
