@@ -226,12 +226,14 @@ def _setup_calls(command: str, tmp_path: Path) -> list[str]:
     import os
     import subprocess
 
-    python = tmp_path / "venv" / "bin" / "python"
-    python.parent.mkdir(parents=True)
-    python.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$*" >> "$CALLS"\n[ "$1" != "-c" ]\n')
-    python.chmod(0o755)
+    for venv in ("venv", "venv-oldest"):  # the main environment and the oldest transformers' (test.sh's 2nd stage)
+        python = tmp_path / venv / "bin" / "python"
+        python.parent.mkdir(parents=True)
+        python.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$*" >> "$CALLS"\n[ "$1" != "-c" ]\n')
+        python.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "TORCH_SPEC"}
-    env.update(HF_VANILLA_VENV=str(tmp_path / "venv"), CALLS=str(tmp_path / "calls"))
+    env.update(HF_VANILLA_VENV=str(tmp_path / "venv"), HF_VANILLA_OLDEST_VENV=str(tmp_path / "venv-oldest"),
+               CALLS=str(tmp_path / "calls"))
     proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     return (tmp_path / "calls").read_text().splitlines()
@@ -245,8 +247,15 @@ def test_the_readmes_torch_spec_reaches_pip_as_written(tmp_path):
     assert spec == "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
     assert f"pip install {spec}\n" in readme  # the Install section's torch line is the same build
     calls = _setup_calls(command.group(0), tmp_path)
+    from hf_vanilla.configuration_vanilla import MINIMUM_TRANSFORMERS
+
     assert calls == ["-c import torch", f"-m pip install -q {spec}", f"-m pip install -q -e {ROOT}[dev]",
-                     "-m pytest -p no:cacheprovider"]
+                     "-m pytest -p no:cacheprovider",
+                     # then the model files on the oldest transformers, in an environment with the same torch build
+                     "-c import torch", f"-m pip install -q {spec}",
+                     f"-m pip install -q transformers=={MINIMUM_TRANSFORMERS} safetensors>=0.4 pytest>=8",
+                     "-c import transformers; print(transformers.__version__)",
+                     "-m pytest -p no:cacheprovider --noconftest tests/test_model_files_portable.py"]
 
 
 def test_the_setup_default_installs_the_pinned_torch(tmp_path):
