@@ -351,7 +351,8 @@ class ToolSection:
 def _generated_unsplit(ns: dict) -> None:
     # Run as plain python the example is one process, unsplit; tests/test_tensor_parallel.py runs it under torchrun.
     prompt = ns["tokenizer"](["the king"], return_tensors="pt").input_ids
-    assert ns["tokens"].shape == (1, prompt.shape[1] + 8) and torch.equal(ns["tokens"][:, : prompt.shape[1]], prompt)
+    tokens = ns["tokens"]  # the prompt, then up to 8 new tokens (fewer when the model ends the text)
+    assert prompt.shape[1] < tokens.shape[1] <= prompt.shape[1] + 8 and torch.equal(tokens[:, : prompt.shape[1]], prompt)
 
 
 DEPLOYING = {
