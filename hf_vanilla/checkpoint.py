@@ -312,7 +312,14 @@ def remove_stale_staging(parent: str | os.PathLike[str], name: str | None = None
 def held_lock(folder: Path) -> Iterator[None]:
     """An exclusive advisory lock on ``folder`` for the block; BlockingIOError if another process holds it.
     The kernel drops it when its holder dies, so a killed writer's folder is free to remove."""
-    import fcntl
+    try:
+        import fcntl
+    except ImportError:  # Windows: no lock on a directory that its holder's death releases
+        raise NotImplementedError(
+            "hf_vanilla's own checkpoint writes (training runs, convert, push) lock the folder they stage with POSIX "
+            "advisory locks, which this platform lacks: run them on Linux or macOS (on Windows, under WSL). Loading, "
+            "model.save_pretrained and everything else transformers does work here."
+        ) from None
 
     fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:

@@ -203,3 +203,13 @@ def test_a_staging_folder_in_use_by_another_writer_is_not_removed(tmp_path):
         assert live.is_dir() and not dead.exists()
     remove_stale_staging(tmp_path, "corpus")
     assert not live.exists()
+
+
+def test_checkpoint_writes_refuse_clearly_where_posix_locks_are_missing(tmp_path, monkeypatch):
+    """Windows has no fcntl: the package's atomic writes say which platforms they run on instead of an ImportError."""
+    from hf_vanilla.checkpoint import held_lock
+
+    monkeypatch.setitem(sys.modules, "fcntl", None)  # `import fcntl` now fails as on Windows
+    with pytest.raises(NotImplementedError, match=r"POSIX advisory locks.*Linux or macOS \(on Windows, under WSL\)"):
+        with held_lock(tmp_path):
+            pass
