@@ -407,6 +407,9 @@ class VanillaConfig(PreTrainedConfig):
 
     @base_model_tp_plan.setter
     def base_model_tp_plan(self, plan: Any) -> None:
+        # transformers before 5.24 re-assigns the plan with its own rule for a tied embedding added: not a user's plan
+        if isinstance(plan, dict) and {k: v for k, v in plan.items() if k != "embed_tokens"} == tensor_parallel_plan(self):
+            return
         refuse_plan_assignment("base_model_tp_plan")
 
     @property
