@@ -257,14 +257,17 @@ def eager_attention_forward(
 
 
 class VanillaAttention(nn.Module):
-    """Multi-head (optionally grouped-query) attention, dispatched through transformers' attention interface."""
+    """Multi-head (optionally grouped-query) self-attention, dispatched through transformers' attention interface.
 
-    def __init__(self, config: VanillaConfig, layer_idx: int, is_causal: bool, is_cross_attention: bool = False):
+    The forward calls q, k and v on the same input inline, as Llama's does: engines (vLLM) fuse the three
+    projections by rewriting that source, so they must not move into a helper.
+    """
+
+    def __init__(self, config: VanillaConfig, layer_idx: int, is_causal: bool):
         super().__init__()
         self.config = config
         self.layer_idx = layer_idx
         self.is_causal = is_causal
-        self.is_cross_attention = is_cross_attention
         self.head_dim = config.head_dim
         self.num_heads = config.num_attention_heads
         self.num_key_value_heads = config.num_key_value_heads
@@ -280,47 +283,35 @@ class VanillaAttention(nn.Module):
     def _split_heads(self, states: torch.Tensor) -> torch.Tensor:
         return states.view(*states.shape[:-1], -1, self.head_dim).transpose(1, 2)
 
-    def _self_attention_inputs(
-        self, hidden_states: torch.Tensor, cache: Cache | None, positional: PositionalAttentionInputs, **kwargs
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Queries, keys and values of the new tokens; the keys and values extend the cache."""
-        query, key, value = (self._split_heads(proj(hidden_states)) for proj in (self.q_proj, self.k_proj, self.v_proj))
-        if positional.rotary is not None:  # keys rotated before caching: a cached key keeps its own position
-            query, key = rotate_folded(query, *positional.rotary), rotate_folded(key, *positional.rotary)
-        if cache is not None:
-            layer_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
-            key, value = layer_cache.update(key, value, self.layer_idx, kwargs=kwargs)
-        return query, key, value
-
-    def _cross_attention_inputs(
-        self, hidden_states: torch.Tensor, encoder_states: torch.Tensor, cache: Cache | None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Queries from the decoder; keys and values from the encoder, projected once per generation."""
-        query = self._split_heads(self.q_proj(hidden_states))
-        if cache is not None and cache.is_updated.get(self.layer_idx):
-            layer = cache.cross_attention_cache.layers[self.layer_idx]
-            return query, layer.keys, layer.values
-        key, value = self._split_heads(self.k_proj(encoder_states)), self._split_heads(self.v_proj(encoder_states))
-        if cache is not None:
-            cache.is_updated[self.layer_idx] = True
-            key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
-        return query, key, value
-
     @accepts_past_key_values
     def forward(
         self,
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         positional: PositionalAttentionInputs = NO_POSITIONAL_INPUTS,
-        key_value_states: torch.Tensor | None = None,
         cache: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if self.is_cross_attention:
-            query, key, value = self._cross_attention_inputs(hidden_states, key_value_states, cache)
-        else:
-            query, key, value = self._self_attention_inputs(hidden_states, cache, positional, **kwargs)
+        query, key, value = self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)
+        query, key, value = self._split_heads(query), self._split_heads(key), self._split_heads(value)
+        if positional.rotary is not None:  # keys rotated before caching: a cached key keeps its own position
+            query, key = rotate_folded(query, *positional.rotary), rotate_folded(key, *positional.rotary)
+        if cache is not None:
+            layer_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+            key, value = layer_cache.update(key, value, self.layer_idx, kwargs=kwargs)
+        return self._attend(hidden_states.shape[:-1], query, key, value, attention_mask, positional, **kwargs)
 
+    def _attend(
+        self,
+        input_shape: torch.Size,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        positional: PositionalAttentionInputs,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The configured attention function over the heads, then the output projection."""
         implementation = self.config._attn_implementation
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
         if positional.bias is not None:
@@ -338,8 +329,37 @@ class VanillaAttention(nn.Module):
             scaling=self.scaling,
             **kwargs,
         )
-        output = self.o_proj(output.reshape(*hidden_states.shape[:-1], -1).contiguous())
+        output = self.o_proj(output.reshape(*input_shape, -1).contiguous())
         return output, weights
+
+
+class VanillaCrossAttention(VanillaAttention):
+    """Decoder-to-encoder attention: queries from the decoder, keys and values from the encoder's states."""
+
+    def __init__(self, config: VanillaConfig, layer_idx: int):
+        super().__init__(config, layer_idx, is_causal=False)
+
+    @accepts_past_key_values
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        positional: PositionalAttentionInputs = NO_POSITIONAL_INPUTS,
+        key_value_states: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        query = self._split_heads(self.q_proj(hidden_states))
+        if cache is not None and cache.is_updated.get(self.layer_idx):  # projected once per generation
+            layer = cache.cross_attention_cache.layers[self.layer_idx]
+            key, value = layer.keys, layer.values
+        else:
+            key = self._split_heads(self.k_proj(key_value_states))
+            value = self._split_heads(self.v_proj(key_value_states))
+            if cache is not None:
+                cache.is_updated[self.layer_idx] = True
+                key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
+        return self._attend(hidden_states.shape[:-1], query, key, value, attention_mask, positional, **kwargs)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -379,7 +399,7 @@ class VanillaBlock(GradientCheckpointingLayer):
         self.self_attn = VanillaAttention(config, layer_idx, is_causal=is_causal)
         self.self_attn_step = ResidualStep(config)
         if has_cross_attention:
-            self.cross_attn = VanillaAttention(config, layer_idx, is_causal=False, is_cross_attention=True)
+            self.cross_attn = VanillaCrossAttention(config, layer_idx)
             self.cross_attn_step = ResidualStep(config)
         else:
             self.cross_attn = self.cross_attn_step = None
