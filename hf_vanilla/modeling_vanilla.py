@@ -259,8 +259,8 @@ def eager_attention_forward(
 class VanillaAttention(nn.Module):
     """Multi-head (optionally grouped-query) self-attention, dispatched through transformers' attention interface.
 
-    The forward calls q, k and v on the same input inline, as Llama's does: engines (vLLM) fuse the three
-    projections by rewriting that source, so they must not move into a helper.
+    The forward is written as Llama's is, in one piece: engines (vLLM) read its source to fuse the q, k and v
+    projections and to find the one attention-interface call, so neither may move into a helper.
     """
 
     def __init__(self, config: VanillaConfig, layer_idx: int, is_causal: bool):
@@ -299,19 +299,7 @@ class VanillaAttention(nn.Module):
         if cache is not None:
             layer_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
             key, value = layer_cache.update(key, value, self.layer_idx, kwargs=kwargs)
-        return self._attend(hidden_states.shape[:-1], query, key, value, attention_mask, positional, **kwargs)
 
-    def _attend(
-        self,
-        input_shape: torch.Size,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        positional: PositionalAttentionInputs,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The configured attention function over the heads, then the output projection."""
         implementation = self.config._attn_implementation
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
         if positional.bias is not None:
@@ -329,12 +317,15 @@ class VanillaAttention(nn.Module):
             scaling=self.scaling,
             **kwargs,
         )
-        output = self.o_proj(output.reshape(*input_shape, -1).contiguous())
+        output = self.o_proj(output.reshape(*hidden_states.shape[:-1], -1).contiguous())
         return output, weights
 
 
 class VanillaCrossAttention(VanillaAttention):
-    """Decoder-to-encoder attention: queries from the decoder, keys and values from the encoder's states."""
+    """Decoder-to-encoder attention: queries from the decoder, keys and values from the encoder's states.
+
+    No positional term (the two sequences share no positions), so any attention function serves.
+    """
 
     def __init__(self, config: VanillaConfig, layer_idx: int):
         super().__init__(config, layer_idx, is_causal=False)
@@ -344,7 +335,6 @@ class VanillaCrossAttention(VanillaAttention):
         self,
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
-        positional: PositionalAttentionInputs = NO_POSITIONAL_INPUTS,
         key_value_states: torch.Tensor | None = None,
         cache: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
@@ -359,7 +349,22 @@ class VanillaCrossAttention(VanillaAttention):
             if cache is not None:
                 cache.is_updated[self.layer_idx] = True
                 key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
-        return self._attend(hidden_states.shape[:-1], query, key, value, attention_mask, positional, **kwargs)
+
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        output, weights = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.attention_dropout if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        output = self.o_proj(output.reshape(*hidden_states.shape[:-1], -1).contiguous())
+        return output, weights
 
 
 # ----------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from transformers import (
     LlamaConfig,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm
+from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, LlamaRMSNorm
 
 import hf_vanilla as hv
 from hf_vanilla import configuration_vanilla, modeling_vanilla, positional
@@ -462,6 +462,31 @@ def test_the_gated_product_is_one_expression_in_the_forward_as_in_llamas():
     assert (left.func.attr, left.args[0].func.attr, right.func.attr) == ("act_fn", "gate_proj", "up_proj")
     assert operator.mul in {node.target for node in EveryModuleALeaf().trace(
         modeling_vanilla.build_feed_forward(tiny_config("decoder", "rope", gated_ffn=True)).eval()).nodes}
+
+
+def interface_calls(forward) -> list[ast.Call]:
+    """Calls in the forward's source of a name assigned from ``ALL_ATTENTION_FUNCTIONS`` (how vLLM finds them)."""
+    tree = forward_syntax(forward)
+    lookups = {target.id for node in ast.walk(tree) if isinstance(node, (ast.Assign, ast.AnnAssign))
+               for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+               if isinstance(target, ast.Name) and "ALL_ATTENTION_FUNCTIONS" in ast.unparse(node.value)}
+    return [node for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in lookups]
+
+
+def test_the_self_attention_forward_is_written_in_one_piece_as_llamas():
+    """vLLM reads the attention forward's source: it needs the one attention-interface call there (else "Layer 0
+    does not dispatch through the Transformers attention interface"), and fuses q/k/v only where the forward itself
+    calls each projection once, all on the same input written the same way."""
+    ours, llamas = modeling_vanilla.VanillaAttention.forward, LlamaAttention.forward
+    for forward in (ours, llamas):
+        (call,) = interface_calls(forward)
+        assert [keyword.arg for keyword in call.keywords if keyword.arg == "scaling"] == ["scaling"]
+        projections = [node for node in ast.walk(forward_syntax(forward)) if isinstance(node, ast.Call)
+                       and isinstance(node.func, ast.Attribute) and node.func.attr in ("q_proj", "k_proj", "v_proj")]
+        assert sorted(node.func.attr for node in projections) == ["k_proj", "q_proj", "v_proj"]
+        assert len({ast.dump(node.args[0]) for node in projections}) == 1
+    assert len(interface_calls(modeling_vanilla.VanillaCrossAttention.forward)) == 1
 
 
 # ----------------------------------------------------------------------------------------------
