@@ -259,8 +259,9 @@ def eager_attention_forward(
 class VanillaAttention(nn.Module):
     """Multi-head (optionally grouped-query) self-attention, dispatched through transformers' attention interface.
 
-    The forward is written as Llama's is, in one piece: engines (vLLM) read its source to fuse the q, k and v
-    projections and to find the one attention-interface call, so neither may move into a helper.
+    The forward is written as Llama's is, in one piece and undecorated: engines (vLLM) trace it and read its source
+    to fuse the q, k and v projections and to find the one attention-interface call (a wrapper taking ``*args``
+    stops the trace). The block above passes the cache as ``cache``.
     """
 
     def __init__(self, config: VanillaConfig, layer_idx: int, is_causal: bool):
@@ -283,7 +284,6 @@ class VanillaAttention(nn.Module):
     def _split_heads(self, states: torch.Tensor) -> torch.Tensor:
         return states.view(*states.shape[:-1], -1, self.head_dim).transpose(1, 2)
 
-    @accepts_past_key_values
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -295,7 +295,8 @@ class VanillaAttention(nn.Module):
         query, key, value = self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)
         query, key, value = self._split_heads(query), self._split_heads(key), self._split_heads(value)
         if positional.rotary is not None:  # keys rotated before caching: a cached key keeps its own position
-            query, key = rotate_folded(query, *positional.rotary), rotate_folded(key, *positional.rotary)
+            cos, signed_sin = positional.rotary
+            query, key = rotate_folded(query, cos, signed_sin), rotate_folded(key, cos, signed_sin)
         if cache is not None:
             layer_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
             key, value = layer_cache.update(key, value, self.layer_idx, kwargs=kwargs)
@@ -330,7 +331,6 @@ class VanillaCrossAttention(VanillaAttention):
     def __init__(self, config: VanillaConfig, layer_idx: int):
         super().__init__(config, layer_idx, is_causal=False)
 
-    @accepts_past_key_values
     def forward(
         self,
         hidden_states: torch.Tensor,

@@ -489,6 +489,17 @@ def test_the_self_attention_forward_is_written_in_one_piece_as_llamas():
     assert len(interface_calls(modeling_vanilla.VanillaCrossAttention.forward)) == 1
 
 
+def test_the_self_attention_forward_is_one_vllm_can_trace():
+    """vLLM fx-traces the attention module with shapes run on meta tensors: a forward behind a ``*args`` wrapper
+    cannot be traced at all ("co_varnames is too small"), and splatting an input of unknown shape (the rotary
+    tables) ends the trace before q/k/v are fused. Only shapes may be splatted."""
+    forward = modeling_vanilla.VanillaAttention.forward
+    assert not hasattr(forward, "__wrapped__")
+    assert list(inspect.signature(forward).parameters)[:2] == ["self", "hidden_states"]
+    splatted = [ast.unparse(node.value) for node in ast.walk(forward_syntax(forward)) if isinstance(node, ast.Starred)]
+    assert splatted and all(".shape" in value for value in splatted), splatted
+
+
 # ----------------------------------------------------------------------------------------------
 # Encoder-only serving: what marks a model as one
 
