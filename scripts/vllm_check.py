@@ -2,6 +2,7 @@
 """Serve a saved hf_vanilla decoder in vLLM, check it against transformers, and time it.
 
     python scripts/vllm_check.py check RUN_DIR        # vLLM's greedy tokens and logprobs against transformers'
+                                                      # (an encoder: its embeddings, served as a pooling model)
     python scripts/vllm_check.py bench --out DIR      # same-shape hf_vanilla and Llama: check both, then time
     python scripts/vllm_check.py profile --out DIR    # where the Transformers backend's time goes (Llama vs Llama)
 
@@ -108,9 +109,9 @@ def refusal(config: dict[str, Any]) -> str | None:
     if config.get("model_type") != "vanilla":
         return None  # a native transformers model: vLLM decides
     family = config.get("architecture", "encoder-decoder")
-    if family != "decoder":
-        return (f"architecture={family!r}: only decoders are checked here. vLLM's Transformers backend does not "
-                "support encoder-decoders, and serves an encoder only as a pooling (embedding) model.")
+    if family not in ("decoder", "encoder"):
+        return (f"architecture={family!r}: vLLM's Transformers backend serves decoders (generation) and encoders "
+                "(embedding models), not encoder-decoders.")
     scheme = config.get("position_embedding_type", "sinusoidal")
     if scheme in BIAS_SCHEMES:
         return (f"position_embedding_type={scheme!r} adds a bias to the attention scores, and vLLM's attention "
@@ -228,6 +229,36 @@ def max_spread(first: Sequence[Completion], second: Sequence[Completion]) -> flo
                 for a, b in zip(x.prompt_logprobs, y.prompt_logprobs, strict=True)), default=0.0)
 
 
+@dataclass
+class EmbeddingAgreement:
+    """How closely a candidate engine's embeddings (the first token's final hidden state) match the reference's."""
+
+    requests: int
+    max_abs_diff: float = 0.0
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+def compare_embeddings(reference: Sequence[Sequence[float]], candidate: Sequence[Sequence[float]],
+                       atol: float) -> EmbeddingAgreement:
+    """Every component of every request's embedding within ``atol`` of the reference's."""
+    if len(reference) != len(candidate):
+        raise ValueError(f"{len(candidate)} embeddings against {len(reference)} reference embeddings.")
+    result = EmbeddingAgreement(requests=len(reference))
+    for index, (want, have) in enumerate(zip(reference, candidate, strict=True)):
+        if len(want) != len(have):
+            result.failures.append(f"request {index}: {len(have)} components, expected {len(want)}")
+            continue
+        diff = max((abs(a - b) for a, b in zip(want, have, strict=True)), default=0.0)
+        if not diff <= atol:  # NaN fails too
+            result.failures.append(f"request {index}: max |embedding diff| {diff:.2e} > {atol:g}")
+        result.max_abs_diff = max(result.max_abs_diff, diff) if diff == diff else math.inf
+    return result
+
+
 # ----------------------------------------------------------------------------------------------
 # transformers' side (the project's venv)
 
@@ -269,6 +300,17 @@ def transformers_completions(model, prompts: Sequence[Sequence[int]], new_tokens
     return completions
 
 
+def transformers_embeddings(folder: Path, prompts: Sequence[Sequence[int]], attn: str = "sdpa") -> list[list[float]]:
+    """The bare model's final hidden state at the first token (vLLM's CLS pooling), one prompt at a time."""
+    import torch
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(folder, trust_remote_code=True, dtype=torch.float32,
+                                      attn_implementation=attn).eval()
+    with torch.inference_mode():
+        return [model(torch.tensor([list(prompt)])).last_hidden_state[0, 0].tolist() for prompt in prompts]
+
+
 # ----------------------------------------------------------------------------------------------
 # The vLLM worker (runs under the vLLM venv; only the standard library and vllm)
 
@@ -292,7 +334,7 @@ class VllmWorker:
         self.engines: dict[str, Any] = {}
 
     def load(self, name: str, folder: str, impl: str, max_model_len: int, kv_cache_bytes: int,
-             profile_dir: str | None = None, enforce_eager: bool = False) -> dict[str, Any]:
+             profile_dir: str | None = None, enforce_eager: bool = False, runner: str = "generate") -> dict[str, Any]:
         import torch
         import transformers
         import vllm
@@ -301,11 +343,13 @@ class VllmWorker:
         if profile_dir:
             extra["profiler_config"] = {"profiler": "torch", "torch_profiler_dir": profile_dir,
                                         "torch_profiler_with_stack": False}
+        if runner == "pooling":  # raw first-token states, as transformers' last_hidden_state[:, 0]
+            extra["pooler_config"] = {"seq_pooling_type": "CLS", "use_activation": False}
         start = time.perf_counter()
         self.engines[name] = vllm.LLM(
             model=folder, model_impl=impl, trust_remote_code=True, dtype="float32", skip_tokenizer_init=True,
             max_model_len=max_model_len, kv_cache_memory_bytes=kv_cache_bytes, enable_prefix_caching=False,
-            seed=0, enforce_eager=enforce_eager, **extra)
+            seed=0, enforce_eager=enforce_eager, runner=runner, **extra)
         return {"seconds": time.perf_counter() - start, "vllm": vllm.__version__, "torch": torch.__version__,
                 "transformers": transformers.__version__}
 
@@ -329,6 +373,17 @@ class VllmWorker:
         if profile:
             engine.stop_profile()
         return {"seconds": seconds, "completions": [_completion_of(output, logprobs) for output in outputs]}
+
+    def embed(self, name: str, prompts: list[list[int]], together: bool = True) -> dict[str, Any]:
+        from vllm.inputs import TokensPrompt
+
+        engine = self.engines[name]
+        requests = [TokensPrompt(prompt_token_ids=prompt) for prompt in prompts]
+        if together:
+            outputs = engine.embed(requests, use_tqdm=False)
+        else:
+            outputs = [engine.embed([request], use_tqdm=False)[0] for request in requests]
+        return {"embeddings": [list(output.outputs.embedding) for output in outputs]}
 
     def close(self, name: str) -> dict[str, Any]:
         self.engines.pop(name).llm_engine.engine_core.shutdown()
@@ -490,9 +545,51 @@ def model_len(config: dict[str, Any]) -> int:
     return min(int(config.get("max_position_embeddings") or 512), 512)
 
 
+@dataclass
+class EmbeddingCheckResult:
+    folder: str
+    atol: float
+    requests: int
+    floor: float  # transformers eager against SDPA
+    single: EmbeddingAgreement
+    batched: EmbeddingAgreement
+
+    @property
+    def passed(self) -> bool:
+        return self.single.passed and self.batched.passed
+
+
+def check_embedding_engine(worker: Worker, name: str, folder: Path, atol: float, log) -> EmbeddingCheckResult:
+    """An encoder served as an embedding model: vLLM's first-token states against transformers', requests one at
+    a time and all in one batch (flattened into one row: positions must come from ``position_ids``)."""
+    config = read_config(folder)
+    prompts = make_prompts(check_lengths(model_len(config), 0), config["vocab_size"], seed=1)
+    reference = transformers_embeddings(folder, prompts)
+    floor = compare_embeddings(reference, transformers_embeddings(folder, prompts, "eager"), math.inf).max_abs_diff
+    results = {together: compare_embeddings(
+        reference, worker.call("embed", name=name, prompts=prompts, together=together)["embeddings"], atol)
+        for together in (False, True)}
+    result = EmbeddingCheckResult(str(folder), atol, len(prompts), floor, results[False], results[True])
+    for mode, agreement in (("single", result.single), ("batched", result.batched)):
+        log(f"  {name} {mode}: max |embedding diff| {agreement.max_abs_diff:.2e} (transformers eager vs sdpa "
+            f"{floor:.2e}); {'PASS' if agreement.passed else 'FAIL'}")
+        for line in agreement.failures[:10]:
+            log(f"    {line}")
+    return result
+
+
+def embedding_table(result: EmbeddingCheckResult) -> str:
+    lines = ["| engine | requests | max \\|Δ embedding\\| | eager vs sdpa | result |", "|---|---|---:|---:|---|"]
+    for mode, agreement in (("one at a time", result.single), ("one batch", result.batched)):
+        lines.append(f"| vLLM embedding (transformers backend) | {mode} | {agreement.max_abs_diff:.1e} | "
+                     f"{result.floor:.1e} | {'pass' if agreement.passed else 'FAIL'} |")
+    return "\n".join(lines)
+
+
 def run_check(args: argparse.Namespace) -> int:
     folder = Path(args.folder).resolve()
     config = check_servable(folder)
+    embedding = config.get("architecture") == "encoder"
     out = Path(args.out or tempfile.mkdtemp(prefix="vllm-check-"))
     out.mkdir(parents=True, exist_ok=True)
     _set_threads(args.threads)
@@ -500,14 +597,21 @@ def run_check(args: argparse.Namespace) -> int:
     try:
         loaded = worker.call("load", name="model", folder=str(folder), impl="transformers",
                              max_model_len=model_len(config), kv_cache_bytes=args.kv_cache_mib << 20,
-                             enforce_eager=args.eager)
+                             enforce_eager=args.eager, runner="pooling" if embedding else "generate")
         log(f"vLLM {loaded['vllm']} (torch {loaded['torch']}, transformers {loaded['transformers']}) "
-            f"loaded {folder} in {loaded['seconds']:.0f} s")
-        result = check_engine(worker, "model", folder, reference_for(folder, args.new_tokens), args.atol, log)
+            f"loaded {folder} in {loaded['seconds']:.0f} s" + (" as an embedding model" if embedding else ""))
+        if embedding:
+            result = check_embedding_engine(worker, "model", folder, args.atol, log)
+        else:
+            result = check_engine(worker, "model", folder, reference_for(folder, args.new_tokens), args.atol, log)
     finally:
         worker.close()
-    _write_json(out / "check.json", {"versions": loaded, "check": _check_json(result)})
-    print(check_table([result]))
+    if embedding:
+        _write_json(out / "check.json", {"versions": loaded, "check": {**asdict(result), "passed": result.passed}})
+        print(embedding_table(result))
+    else:
+        _write_json(out / "check.json", {"versions": loaded, "check": _check_json(result)})
+        print(check_table([result]))
     return 0 if result.passed else 1
 
 
@@ -810,7 +914,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     common.add_argument("--eager", action="store_true",
                         help="vLLM without its torch.compile (enforce_eager): loads in seconds instead of minutes")
 
-    check = commands.add_parser("check", parents=[common], help="check a saved decoder in vLLM against transformers")
+    check = commands.add_parser("check", parents=[common], help="check a saved decoder (generation) or encoder "
+                                "(embedding model) in vLLM against transformers")
     check.add_argument("folder", help="a folder a run saved its model in (config.json, weights, model files)")
     check.set_defaults(func=run_check)
 

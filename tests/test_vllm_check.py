@@ -46,13 +46,15 @@ def test_a_bias_scheme_is_refused_naming_the_scheme(scheme):
     assert f"position_embedding_type={scheme!r}" in reason and "drop the bias" in reason
 
 
-@pytest.mark.parametrize("family, words", [("encoder-decoder", "does not support encoder-decoders"),
-                                            ("encoder", "pooling")])
-def test_other_families_are_refused(family, words):
-    config = VanillaConfig.from_preset("tiny-bert" if family == "encoder" else "tiny-transformer",
-                                       hidden_size=64, num_attention_heads=2).to_dict()
-    reason = vllm_check.refusal(config)
-    assert f"architecture={family!r}" in reason and words in reason
+def test_an_encoder_is_servable_as_an_embedding_model_and_an_encoder_decoder_is_refused():
+    encoder = VanillaConfig.from_preset("tiny-bert", hidden_size=64, num_attention_heads=2).to_dict()
+    assert vllm_check.refusal(encoder) is None
+    alibi_encoder = VanillaConfig.from_preset("tiny-bert", hidden_size=64, num_attention_heads=2,
+                                              position_embedding_type="alibi").to_dict()
+    assert "drop the bias" in vllm_check.refusal(alibi_encoder)
+    seq2seq = VanillaConfig.from_preset("tiny-transformer", hidden_size=64, num_attention_heads=2).to_dict()
+    reason = vllm_check.refusal(seq2seq)
+    assert "architecture='encoder-decoder'" in reason and "not encoder-decoders" in reason
 
 
 def test_a_head_size_outside_the_cpu_kernels_is_refused():
@@ -126,6 +128,35 @@ def test_missing_tokens_or_requests_fail():
     assert not short.passed and "2 new tokens, expected 3" in short.failures[0]
     with pytest.raises(ValueError, match="1 completions against 2"):
         vllm_check.compare([completion(), completion()], [completion()], atol=1e-3)
+
+
+def test_embeddings_agree_within_the_tolerance_and_fail_beyond_it_on_nan_or_a_wrong_size():
+    reference = [[0.5, -1.0, 2.0], [1.0, 0.0, 0.0]]
+    close = vllm_check.compare_embeddings(reference, [[0.5009, -1.0, 2.0], [1.0, 0.0, 0.0]], atol=1e-3)
+    assert close.passed and close.max_abs_diff == pytest.approx(9e-4)
+    far = vllm_check.compare_embeddings(reference, [[0.5, -1.0, 2.0], [1.0, 0.002, 0.0]], atol=1e-3)
+    assert not far.passed and far.failures == ["request 1: max |embedding diff| 2.00e-03 > 0.001"]
+    nan = vllm_check.compare_embeddings(reference, [[math.nan, -1.0, 2.0], [1.0, 0.0, 0.0]], atol=1e-3)
+    assert not nan.passed and nan.max_abs_diff == math.inf
+    short = vllm_check.compare_embeddings(reference, [[0.5, -1.0], [1.0, 0.0, 0.0]], atol=1e-3)
+    assert not short.passed and "2 components, expected 3" in short.failures[0]
+    with pytest.raises(ValueError, match="1 embeddings against 2"):
+        vllm_check.compare_embeddings(reference, [[0.5, -1.0, 2.0]], atol=1e-3)
+
+
+def test_transformers_embeddings_are_the_first_tokens_final_hidden_state(tmp_path):
+    from hf_vanilla import VanillaModel
+
+    config = VanillaConfig.from_preset("tiny-bert", vocab_size=96, hidden_size=64, num_attention_heads=2)
+    torch.manual_seed(0)
+    model = VanillaModel(config).eval()
+    model.save_pretrained(tmp_path)
+    prompts = [[5, 6, 7], [9, 10, 11, 12, 13]]
+    got = vllm_check.transformers_embeddings(tmp_path, prompts)
+    with torch.inference_mode():
+        want = [model(torch.tensor([p])).last_hidden_state[0, 0] for p in prompts]
+    for have, expected in zip(got, want, strict=True):
+        torch.testing.assert_close(torch.tensor(have), expected)
 
 
 # ----------------------------------------------------------------------------------------------
