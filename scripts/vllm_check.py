@@ -3,6 +3,7 @@
 
     python scripts/vllm_check.py check RUN_DIR        # vLLM's greedy tokens and logprobs against transformers'
                                                       # (an encoder: its embeddings, served as a pooling model)
+    python scripts/vllm_check.py serve RUN_DIR        # the same through `vllm serve`, over HTTP on 127.0.0.1
     python scripts/vllm_check.py bench --out DIR      # same-shape hf_vanilla and Llama: check both, then time
     python scripts/vllm_check.py profile --out DIR    # where the Transformers backend's time goes (Llama vs Llama)
 
@@ -616,6 +617,107 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------------------------
+# serve: the same check through `vllm serve`, the OpenAI-compatible server users run
+
+
+class Server:
+    """``vllm serve FOLDER`` on 127.0.0.1 in a session of its own, ended with everything it started."""
+
+    def __init__(self, python: Path, folder: Path, config: dict[str, Any], args: argparse.Namespace, log_path: Path):
+        import socket
+
+        with socket.socket() as probe:  # a free port, chosen by the system
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        command = [str(python.parent / "vllm"), "serve", str(folder), "--host", "127.0.0.1", "--port", str(self.port),
+                   "--model-impl", "transformers", "--trust-remote-code", "--dtype", "float32",
+                   "--skip-tokenizer-init", "--max-model-len", str(model_len(config)),
+                   "--kv-cache-memory-bytes", str(args.kv_cache_mib << 20), "--no-enable-prefix-caching",
+                   "--seed", "0"] + (["--enforce-eager"] if args.eager else [])
+        self.log_path = log_path
+        self._log = open(log_path, "a")
+        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, env=worker_env(args.threads),
+                                        cwd=tempfile.gettempdir(), start_new_session=True)
+
+    def wait_ready(self, timeout: float) -> float:
+        """Seconds until ``/health`` answers 200; the server's log if it exits or the time runs out first."""
+        import urllib.request
+
+        start = time.perf_counter()
+        while time.perf_counter() - start < timeout:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"vllm serve exited ({self.process.returncode}); its log: {self.log_path}\n"
+                                   + _tail(self.log_path))
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5) as reply:
+                    if reply.status == 200:
+                        return time.perf_counter() - start
+            except OSError:
+                pass
+            time.sleep(2)
+        raise TimeoutError(f"vllm serve did not answer /health within {timeout:.0f} s; its log: {self.log_path}\n"
+                           + _tail(self.log_path))
+
+    def completions(self, folder: Path, prompts: Sequence[Sequence[int]], max_tokens: int) -> list[Completion]:
+        """One /v1/completions request for all the prompts, greedy, with every prompt and new token's logprob."""
+        import urllib.request
+
+        body = {"model": str(folder), "prompt": [list(p) for p in prompts], "max_tokens": max_tokens,
+                "temperature": 0.0, "ignore_eos": True, "logprobs": 1, "prompt_logprobs": 1,
+                "return_token_ids": True, "return_tokens_as_token_ids": True}
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/completions",
+                                         data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=600) as reply:
+            choices = sorted(json.loads(reply.read())["choices"], key=lambda choice: choice["index"])
+        return [completion_of_choice(choice) for choice in choices]
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self._log.close()
+
+
+def completion_of_choice(choice: dict[str, Any]) -> Completion:
+    """A /v1/completions choice (with ``return_token_ids`` and ``prompt_logprobs``) as a :class:`Completion`."""
+    prompt = choice["prompt_token_ids"]
+    prompt_logprobs = [step[str(token)]["logprob"] for step, token in zip(choice["prompt_logprobs"][1:], prompt[1:],
+                                                                          strict=True)]
+    return Completion(tokens=list(choice["token_ids"]), logprobs=list(choice["logprobs"]["token_logprobs"]),
+                      prompt_logprobs=prompt_logprobs)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    folder = Path(args.folder).resolve()
+    config = check_servable(folder)
+    if config.get("architecture") == "encoder":
+        raise SystemExit(f"{folder}: an encoder; `serve` checks generation. Use `check` for its embeddings.")
+    out = Path(args.out or tempfile.mkdtemp(prefix="vllm-serve-"))
+    out.mkdir(parents=True, exist_ok=True)
+    _set_threads(args.threads)
+    reference = reference_for(folder, args.new_tokens)
+    server = Server(ensure_venv(Path(args.venv), log), folder, config, args, out / "server.log")
+    try:
+        log(f"vllm serve {folder} on 127.0.0.1:{server.port} ready in {server.wait_ready(args.ready_timeout):.0f} s")
+        batched = compare(reference.completions, server.completions(folder, reference.prompts, args.new_tokens),
+                          args.atol)
+        single = compare(reference.completions, [server.completions(folder, [prompt], args.new_tokens)[0]
+                                                 for prompt in reference.prompts], args.atol)
+    finally:
+        server.close()
+    new_tokens = len(reference.completions[0].tokens)
+    result = CheckResult("vllm serve (transformers backend)", str(folder), args.atol, len(reference.prompts),
+                         new_tokens, reference.floor, single, batched)
+    _write_json(out / "serve.json", {"check": _check_json(result)})
+    print(check_table([result]))
+    return 0 if result.passed else 1
+
+
+# ----------------------------------------------------------------------------------------------
 # bench: the same-shape pair
 
 
@@ -918,6 +1020,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                                 "(embedding model) in vLLM against transformers")
     check.add_argument("folder", help="a folder a run saved its model in (config.json, weights, model files)")
     check.set_defaults(func=run_check)
+
+    serve = commands.add_parser("serve", parents=[common], help="the same check through `vllm serve` (its "
+                                "OpenAI-compatible server on 127.0.0.1)")
+    serve.add_argument("folder", help="a folder a run saved its decoder in")
+    serve.add_argument("--ready-timeout", type=float, default=1800,
+                       help="seconds to wait for the server to answer /health (default 1800: compiling is slow on CPU)")
+    serve.set_defaults(func=run_serve)
 
     timing = argparse.ArgumentParser(add_help=False)
     timing.add_argument("--batches", type=int, nargs="+", default=[1, 16], help="batch sizes (default 1 16)")

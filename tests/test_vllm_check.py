@@ -130,6 +130,19 @@ def test_missing_tokens_or_requests_fail():
         vllm_check.compare([completion(), completion()], [completion()], atol=1e-3)
 
 
+def test_a_served_completion_choice_reads_as_the_offline_api_s_completion():
+    """The shape `vllm serve` answers /v1/completions in with return_token_ids and prompt_logprobs (JSON keys are
+    strings; the first prompt token has no logprob)."""
+    choice = {"index": 0, "text": "", "prompt_token_ids": [5, 6, 7], "token_ids": [8, 9],
+              "prompt_logprobs": [None, {"6": {"logprob": -4.0, "rank": 1}, "11": {"logprob": -0.5, "rank": 0}},
+                                  {"7": {"logprob": -5.0, "rank": 2}}],
+              "logprobs": {"token_logprobs": [-1.0, -2.0], "tokens": ["token_id:8", "token_id:9"]}}
+    got = vllm_check.completion_of_choice(choice)
+    assert got == Completion(tokens=[8, 9], logprobs=[-1.0, -2.0], prompt_logprobs=[-4.0, -5.0])
+    assert vllm_check.compare([completion(tokens=(8, 9), logprobs=(-1.0, -2.0), margins=(1.0, 1.0))], [got],
+                              atol=1e-3).passed
+
+
 def test_embeddings_agree_within_the_tolerance_and_fail_beyond_it_on_nan_or_a_wrong_size():
     reference = [[0.5, -1.0, 2.0], [1.0, 0.0, 0.0]]
     close = vllm_check.compare_embeddings(reference, [[0.5009, -1.0, 2.0], [1.0, 0.0, 0.0]], atol=1e-3)
