@@ -348,7 +348,8 @@ class VllmWorker:
             extra["pooler_config"] = {"seq_pooling_type": "CLS", "use_activation": False}
         start = time.perf_counter()
         self.engines[name] = vllm.LLM(
-            model=folder, model_impl=impl, trust_remote_code=True, dtype="float32", skip_tokenizer_init=True,
+            model=folder, model_impl=impl, trust_remote_code=True, dtype="float32",
+            skip_tokenizer_init=runner != "pooling",  # vLLM's pooling front end needs the folder's tokenizer
             max_model_len=max_model_len, kv_cache_memory_bytes=kv_cache_bytes, enable_prefix_caching=False,
             seed=0, enforce_eager=enforce_eager, runner=runner, **extra)
         return {"seconds": time.perf_counter() - start, "vllm": vllm.__version__, "torch": torch.__version__,
@@ -591,6 +592,9 @@ def run_check(args: argparse.Namespace) -> int:
     folder = Path(args.folder).resolve()
     config = check_servable(folder)
     embedding = config.get("architecture") == "encoder"
+    if embedding and not (folder / "tokenizer.json").is_file():
+        raise SystemExit(f"{folder}: an encoder is served as an embedding model, which vLLM loads with its tokenizer; "
+                         "this folder has no tokenizer.json (save the tokenizer beside the model).")
     out = Path(args.out or tempfile.mkdtemp(prefix="vllm-check-"))
     out.mkdir(parents=True, exist_ok=True)
     _set_threads(args.threads)
