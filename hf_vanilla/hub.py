@@ -52,16 +52,18 @@ class UploadPlan:
 
 
 def plan_upload(run_dir: str | os.PathLike[str], include: Sequence[str] = ()) -> UploadPlan:
-    """The files of ``run_dir`` that a push uploads, by allow-list: what loading needs (weights, configs, the
-    code named by ``auto_map``, tokenizer), the run files (:data:`RUN_FILES`) and whatever ``include`` names
-    (a file or a folder, relative to ``run_dir``). Everything else is skipped and listed; the card
-    (``README.md``) is chosen by :func:`model_card_text`.
+    """The files of ``run_dir`` that a push uploads: what the checkpoint is made of
+    (:func:`hf_vanilla.checkpoint.loading_files`: configs, the weights loading reads, the code ``auto_map`` names,
+    the tokenizer's own files), the run files (:data:`RUN_FILES`) and whatever ``include`` names (a file or a
+    folder, relative to ``run_dir``). Everything else is skipped and listed; the card (``README.md``) is chosen by
+    :func:`model_card_text`. A file that is a link leaving ``run_dir`` is refused, never followed.
     """
     folder = Path(run_dir)
     files = loading_files(folder)
     files.update((name, folder / name) for name in RUN_FILES if (folder / name).is_file())
     for name in include:
         files.update(_included(folder, name))
+    _refuse_links_out(folder, [*files.values(), folder / CARD_FILE])
     top_level = {path.split("/")[0] for path in files} | {CARD_FILE}
     skipped = sorted(
         path.name + ("/" if path.is_dir() else "") for path in folder.iterdir() if path.name not in top_level
@@ -69,21 +71,40 @@ def plan_upload(run_dir: str | os.PathLike[str], include: Sequence[str] = ()) ->
     return UploadPlan(files, skipped)
 
 
+def _refuse_links_out(folder: Path, paths: Sequence[Path]) -> None:
+    """A push uploads what is inside the folder it was given: a link to a file elsewhere (``vocab.txt ->
+    ~/.ssh/id_rsa``) would publish that file. Refused before anything is sent, naming each link."""
+    inside = folder.resolve()
+    leaving = [
+        f"{path.relative_to(folder)} -> {path.resolve()}"
+        for path in paths
+        if (path.is_symlink() or path.exists()) and not path.resolve().is_relative_to(inside)
+    ]
+    if leaving:
+        raise ValueError(
+            f"refusing to push {folder}: {', '.join(leaving)} leave{'s' if len(leaving) == 1 else ''} the folder, "
+            "and a push uploads only files inside it. Remove the link, or copy the file in (cp -L) if you mean "
+            "to publish it."
+        )
+
+
 def _included(folder: Path, name: str) -> dict[str, Path]:
-    """The files ``--include NAME`` adds: one file, or every file under a folder, by their path in the repo."""
-    path = (folder / name).resolve()
+    """The files ``--include NAME`` adds: one file, or every file under a folder, by their path in the repo
+    (paths under ``folder`` as given, so a link among them is seen as one by :func:`_refuse_links_out`)."""
+    given = folder / name
+    path = given.resolve()
     if not path.is_relative_to(folder.resolve()) or path == folder.resolve():
         raise ValueError(f"--include {name!r} is not a file or folder inside {folder}")
     if not path.exists():
-        raise FileNotFoundError(f"--include {name!r}: {folder / name} does not exist")
-    found = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        raise FileNotFoundError(f"--include {name!r}: {given} does not exist")
+    found = [given] if path.is_file() else sorted(p for p in given.rglob("*") if p.is_file())
     pickles = [p.name for p in found if p.name.endswith(PICKLE_SUFFIXES)]
     if pickles:
         raise ValueError(
             f"--include {name!r} holds pickled files ({', '.join(pickles)}): the Hub flags them as unsafe to "
             "open and loading does not need them; convert them to safetensors or leave them out"
         )
-    return {p.relative_to(folder.resolve()).as_posix(): p for p in found}
+    return {Path(os.path.normpath(p.relative_to(folder))).as_posix(): p for p in found}
 
 
 def _with_auto_map(config: dict[str, Any]) -> dict[str, Any] | None:
@@ -176,6 +197,30 @@ def _check_run_dir(folder: Path, files: dict[str, Path]) -> None:
         logger.warning("%s has no tokenizer files: the repo will hold the model only", folder)
 
 
+#: Why a run whose run.json records one of these statuses is not pushed without ``allow_incomplete``.
+UNFINISHED = {
+    "running": "is still running, or its process was killed before it could record how it ended",
+    "diverged": "diverged{at} (its loss became NaN/inf)",
+    "interrupted": "was interrupted{at} before it finished",
+}
+
+
+def check_finished(run: dict[str, Any], folder: Path) -> None:
+    """Refuse a run whose ``run.json`` does not say ``completed``: its weights and card are not those of the run
+    that was asked for. A folder without run.json (a model saved on its own) has nothing to check."""
+    status = run.get("status", "completed")
+    if status == "completed":
+        return
+    step = run.get("diverged_at_step", run.get("interrupted_at_step"))
+    why = UNFINISHED.get(status, f"has status {status!r}, not 'completed'")
+    why = why.format(at=f" at step {step}" if step is not None else "")
+    raise ValueError(
+        f"refusing to push {folder}: run.json says the run {why}. "
+        "Finish it first (`hf-vanilla train ... --resume`), or pass allow_incomplete=True (--allow-incomplete) to "
+        "publish it as it is."
+    )
+
+
 @dataclass(frozen=True)
 class PushResult:
     """A finished push: the Hub's ``CommitInfo`` (``.oid``, ``.commit_url``, ``.repo_url``), the paths uploaded
@@ -196,6 +241,7 @@ def push_run(
     commit_message: str | None = None,
     rebuild_card: bool | None = None,
     include: Sequence[str] = (),
+    allow_incomplete: bool = False,
     api: Any = None,
 ) -> PushResult:
     """Upload a training run directory (or any ``save_pretrained`` folder) to the Hub in one commit.
@@ -205,7 +251,9 @@ def push_run(
     tokenizer, generation config, run files, anything named in ``include``, and the model card (see
     :func:`model_card_text` for ``rebuild_card``); everything else stays local and is listed in the result.
     Model files of an older push that this one does not replace are deleted in the same commit, so the repo
-    never mixes two checkpoints. ``private=True`` refuses to push to an existing public repo. ``api`` is the
+    never mixes two checkpoints. ``private=True`` refuses to push to an existing public repo. A training run whose
+    ``run.json`` does not say ``completed`` (still running, diverged, interrupted) is refused unless
+    ``allow_incomplete``. ``api`` is the
     ``huggingface_hub.HfApi`` to talk through (default: ``HfApi(token=token)``).
     """
     from huggingface_hub import HfApi
@@ -216,6 +264,8 @@ def push_run(
         raise FileNotFoundError(f"{folder} is not a directory")
     plan = plan_upload(folder, include)
     _check_run_dir(folder, plan.files)
+    if "run.json" in plan.files and not allow_incomplete:
+        check_finished(json.loads(plan.files["run.json"].read_text(encoding="utf-8")), folder)
     config = json.loads(plan.files["config.json"].read_text(encoding="utf-8"))
     patched_config = _with_auto_map(config)
 
@@ -331,6 +381,11 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         help="also upload this file or folder of RUN_DIR (repeatable); only what loading needs and the run "
         "files are uploaded otherwise, and the rest is listed as skipped",
     )
+    parser.add_argument(
+        "--allow-incomplete",
+        action="store_true",
+        help="push a run whose run.json says it is still running, diverged or was interrupted (refused otherwise)",
+    )
     card = parser.add_mutually_exclusive_group()
     card.add_argument(
         "--rebuild-card",
@@ -356,6 +411,7 @@ def _run_cli(args: argparse.Namespace) -> int:
             commit_message=args.commit_message,
             rebuild_card=args.rebuild_card,
             include=args.include,
+            allow_incomplete=args.allow_incomplete,
         )
     except (ValueError, OSError, RuntimeError) as error:  # refused token, missing files, Hub or upload errors
         cause = (

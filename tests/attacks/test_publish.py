@@ -1,0 +1,127 @@
+"""Attacks on what a push publishes: files named like a checkpoint's that are not part of it, links out of the
+folder, local paths and private text in the run files and card, markdown that breaks out of the card's blocks,
+unfinished runs, and a Hub that never answers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from hf_vanilla.hub import plan_upload, push_run
+from tests.factories import tiny_model, tiny_tokenizer
+from tests.hub_fixtures import FakeHfApi
+
+SAVED = ["config.json", "configuration_vanilla.py", "generation_config.json", "model.safetensors",
+         "modeling_vanilla.py", "positional.py", "tokenizer.json", "tokenizer_config.json"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model and its tokenizer as ``save_pretrained`` writes them (the tokenizer is tokenizer.json alone)."""
+    folder = tmp_path_factory.mktemp("saved") / "model"
+    tiny_model("decoder").save_pretrained(folder)
+    tiny_tokenizer("decoder").save_pretrained(folder)
+    assert sorted(p.name for p in folder.iterdir()) == SAVED
+    return folder
+
+
+def copy_of(saved: Path, tmp_path: Path) -> Path:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for path in saved.iterdir():
+        (folder / path.name).write_bytes(path.read_bytes())
+    return folder
+
+
+def secret_weights(path: Path) -> None:
+    save_file({"secret": torch.arange(4.0)}, path)
+
+
+def test_files_named_like_checkpoint_files_that_it_is_not_made_of_stay_local(saved: Path, tmp_path: Path) -> None:
+    folder = copy_of(saved, tmp_path)
+    for name in ("vocab.txt", "merges.txt", "tokenizer.model", "vocab.json"):
+        (folder / name).write_text("SECRET\n")
+    (folder / "added_tokens.json").write_text('{"SECRET": 0}')
+    (folder / "special_tokens_map.json").write_text('{"note": "SECRET"}')
+    secret_weights(folder / "model-secret.safetensors")
+    secret_weights(folder / "model.backup.safetensors")
+    api = FakeHfApi()
+
+    result = push_run(folder, "tester/planted", api=api)
+
+    assert sorted(api.files("tester/planted")) == sorted([".gitattributes", "README.md", *SAVED])
+    assert set(result.skipped) == {"vocab.txt", "merges.txt", "tokenizer.model", "vocab.json", "added_tokens.json",
+                                   "special_tokens_map.json", "model-secret.safetensors", "model.backup.safetensors"}
+
+
+def test_a_sharded_checkpoint_is_its_index_and_exactly_the_shards_it_names(tmp_path: Path) -> None:
+    folder = tmp_path / "sharded"
+    tiny_model("decoder").save_pretrained(folder, max_shard_size="40KB")
+    shards = sorted(p.name for p in folder.glob("model-*.safetensors"))
+    assert len(shards) > 1
+    secret_weights(folder / "model-99999-of-99999.safetensors")  # named like a shard; no index names it
+    files = plan_upload(folder).files
+    assert sorted(name for name in files if "safetensors" in name) == sorted(["model.safetensors.index.json", *shards])
+
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    first = next(iter(index["weight_map"]))
+    for shard, error in (("../outside.safetensors", "not files beside it"), ("gone.safetensors", "missing")):
+        broken = {**index, "weight_map": {**index["weight_map"], first: shard}}
+        (folder / "model.safetensors.index.json").write_text(json.dumps(broken))
+        with pytest.raises((ValueError, FileNotFoundError), match=error):
+            plan_upload(folder)
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    (folder / shards[0]).write_text("SECRET, not safetensors")
+    with pytest.raises(OSError, match=f"Cannot read the weights in .*{shards[0]}"):
+        plan_upload(folder)
+
+
+@pytest.mark.parametrize("link", ["model.safetensors", "tokenizer.json", "run.json", "README.md", "extra/notes.txt"])
+def test_a_link_out_of_the_folder_is_never_followed(saved: Path, tmp_path: Path, link: str) -> None:
+    folder = copy_of(saved, tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    target = home / "secret"
+    if link in ("model.safetensors", "tokenizer.json"):  # the real file moved out: loading through the link works
+        (folder / link).rename(target)
+    else:
+        target.write_text('{"netrc": "SECRET"}')
+    (folder / link).parent.mkdir(exist_ok=True)
+    (folder / link).symlink_to(target)
+    api = FakeHfApi()
+    with pytest.raises(ValueError, match=rf"{link} -> {target} leaves the folder"):
+        push_run(folder, "tester/linked", include=["extra"] if link.startswith("extra") else (), api=api)
+    assert not api.repos  # refused before anything was created
+
+
+def test_links_that_stay_inside_the_folder_and_a_linked_folder_are_fine(saved: Path, tmp_path: Path) -> None:
+    folder = copy_of(saved, tmp_path)
+    (folder / "notes").mkdir()
+    (folder / "notes" / "a.txt").write_text("mine\n")
+    (folder / "notes" / "b.txt").symlink_to(folder / "notes" / "a.txt")
+    (folder / "vocab.txt").symlink_to(Path.home() / ".ssh" / "id_rsa")  # not part of the checkpoint: left local
+    (tmp_path / "latest").symlink_to(folder)
+    plan = plan_upload(tmp_path / "latest", include=["notes"])
+    assert sorted(plan.files) == sorted([*SAVED, "notes/a.txt", "notes/b.txt"]) and "vocab.txt" in plan.skipped
+
+
+@pytest.mark.parametrize(
+    ("record", "said"),
+    [({"status": "running"}, "is still running"), ({"status": "diverged", "diverged_at_step": 7}, "diverged at step 7"),
+     ({"status": "interrupted", "interrupted_at_step": 3}, "was interrupted at step 3 before it finished")],
+)  # fmt: skip
+def test_an_unfinished_run_is_not_pushed_without_a_word(
+    saved: Path, tmp_path: Path, record: dict, said: str
+) -> None:
+    folder = copy_of(saved, tmp_path)
+    (folder / "run.json").write_text(json.dumps({"task": "clm", **record}))
+    api = FakeHfApi()
+    with pytest.raises(ValueError, match=f"run.json says the run {said}.*--allow-incomplete"):
+        push_run(folder, "tester/unfinished", api=api)
+    assert not api.repos
+    push_run(folder, "tester/unfinished", allow_incomplete=True, api=api)
+    assert json.loads(api.files("tester/unfinished")["run.json"])["status"] == record["status"]
