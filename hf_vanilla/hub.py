@@ -18,11 +18,12 @@ huggingface.co), so a private Hub works the same way. See docs/hub.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,11 @@ logger = logging.getLogger(__name__)
 #: The run files a training run writes beside the model (see :mod:`hf_vanilla.train`); README.md is the card.
 RUN_FILES = ("metrics.json", "run.json", "curves.png")
 CARD_FILE = "README.md"
+
+#: Seconds a push waits for the Hub to send anything (connect, each read, each write) before giving up:
+#: huggingface_hub's own client waits forever, so a Hub that takes the connection and never answers would hang
+#: the push. Long enough for the Hub to process a large commit; it bounds silence, not an upload's length.
+DEFAULT_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -242,6 +248,7 @@ def push_run(
     rebuild_card: bool | None = None,
     include: Sequence[str] = (),
     allow_incomplete: bool = False,
+    timeout: float = DEFAULT_TIMEOUT_S,
     api: Any = None,
 ) -> PushResult:
     """Upload a training run directory (or any ``save_pretrained`` folder) to the Hub in one commit.
@@ -253,9 +260,12 @@ def push_run(
     Model files of an older push that this one does not replace are deleted in the same commit, so the repo
     never mixes two checkpoints. ``private=True`` refuses to push to an existing public repo. A training run whose
     ``run.json`` does not say ``completed`` (still running, diverged, interrupted) is refused unless
-    ``allow_incomplete``. ``api`` is the
+    ``allow_incomplete``. A Hub silent for ``timeout`` seconds ends the push with a ``TimeoutError``; nothing is
+    committed then, and the same push run again starts afresh (files the Hub already holds are not sent twice).
+    ``api`` is the
     ``huggingface_hub.HfApi`` to talk through (default: ``HfApi(token=token)``).
     """
+    import httpx2  # huggingface_hub's HTTP client
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
@@ -284,9 +294,10 @@ def push_run(
 
     api = api if api is not None else HfApi(token=token)
     try:
-        commit = _commit(
-            api, folder, repo_id, operations, card, revision, private, commit_message, rebuild_card
-        )
+        with requests_time_out(timeout):
+            commit = _commit(
+                api, folder, repo_id, operations, card, revision, private, commit_message, rebuild_card
+            )
     except HfHubHTTPError as error:
         status = error.response.status_code if error.response is not None else None
         if status not in (401, 403) or isinstance(error, RepositoryNotFoundError):
@@ -298,7 +309,30 @@ def push_run(
             f"The Hub at {api.endpoint} refused the push to {repo_id!r} ({reason}). Log in with `hf auth login`, "
             "set HF_TOKEN or pass a write token. Nothing was committed."
         ) from error
+    except httpx2.TimeoutException as error:
+        raise TimeoutError(
+            f"The Hub at {api.endpoint} did not answer within {timeout:g} s ({type(error).__name__}). Nothing was "
+            "committed: run the push again (it starts afresh), or allow longer with timeout=/--timeout SECONDS."
+        ) from error
     return PushResult(commit, sorted([*operations, CARD_FILE]), plan.skipped)
+
+
+@contextlib.contextmanager
+def requests_time_out(seconds: float) -> Iterator[None]:
+    """Give up on a Hub silent for ``seconds`` during the block: huggingface_hub sends every request through one
+    shared client whose timeout is None (wait forever) and offers no per-call timeout for create_repo or
+    create_commit, so the shared client's timeout is set for the block and restored after it."""
+    if not seconds > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {seconds!r}")
+    from huggingface_hub.utils import get_session
+
+    session = get_session()
+    before = session.timeout
+    session.timeout = seconds
+    try:
+        yield
+    finally:
+        session.timeout = before
 
 
 def _commit(
@@ -386,6 +420,13 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="push a run whose run.json says it is still running, diverged or was interrupted (refused otherwise)",
     )
+    parser.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help=f"give up when the Hub sends nothing for this long (default {DEFAULT_TIMEOUT_S:g}); nothing is committed",
+    )
     card = parser.add_mutually_exclusive_group()
     card.add_argument(
         "--rebuild-card",
@@ -412,11 +453,12 @@ def _run_cli(args: argparse.Namespace) -> int:
             rebuild_card=args.rebuild_card,
             include=args.include,
             allow_incomplete=args.allow_incomplete,
+            timeout=args.timeout,
         )
     except (ValueError, OSError, RuntimeError) as error:  # refused token, missing files, Hub or upload errors
         cause = (
             f" ({error.__cause__})"
-            if error.__cause__ is not None and not isinstance(error, PermissionError)
+            if error.__cause__ is not None and not isinstance(error, PermissionError | TimeoutError)
             else ""
         )
         # huggingface_hub raises RuntimeError when an upload fails; the commit was never made.

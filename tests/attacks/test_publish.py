@@ -5,15 +5,22 @@ unfinished runs, and a Hub that never answers."""
 from __future__ import annotations
 
 import json
+import socket
+import threading
 from pathlib import Path
 
+import huggingface_hub
 import pytest
 import torch
+from huggingface_hub import HfApi
+from huggingface_hub.utils import get_session
 from safetensors.torch import save_file
 
+from hf_vanilla import cli
 from hf_vanilla.hub import plan_upload, push_run
 from tests.factories import tiny_model, tiny_tokenizer
 from tests.hub_fixtures import FakeHfApi
+from tests.hub_server import TOKEN, LocalHub
 
 SAVED = ["config.json", "configuration_vanilla.py", "generation_config.json", "model.safetensors",
          "modeling_vanilla.py", "positional.py", "tokenizer.json", "tokenizer_config.json"]  # fmt: skip
@@ -125,3 +132,28 @@ def test_an_unfinished_run_is_not_pushed_without_a_word(
     assert not api.repos
     push_run(folder, "tester/unfinished", allow_incomplete=True, api=api)
     assert json.loads(api.files("tester/unfinished")["run.json"])["status"] == record["status"]
+
+
+def test_a_hub_that_never_answers_times_out_clearly_and_the_push_run_again_starts_clean(
+    saved: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = copy_of(saved, tmp_path)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # the conftest's guard; 127.0.0.1 only
+    before = get_session().timeout
+    exit_codes = []
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # the kernel takes the connection; nobody answers
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        monkeypatch.setattr(huggingface_hub, "HfApi", lambda token=None: HfApi(endpoint=url, token=TOKEN))
+        push = ["push", str(folder), "tester/silent", "--timeout", "0.5"]
+        pushing = threading.Thread(target=lambda: exit_codes.append(cli.main(push)), daemon=True)
+        pushing.start()
+        pushing.join(60)
+    assert not pushing.is_alive() and exit_codes == [1], "the push still waits on a Hub that never answers"
+    err = capsys.readouterr().err
+    assert f"The Hub at {url} did not answer within 0.5 s" in err and "Nothing was committed" in err, err
+    assert get_session().timeout == before  # the client's own setting is back for everything else
+
+    with LocalHub() as hub:  # the same push again, to a Hub that answers: done in one commit
+        result = push_run(folder, "tester/silent", api=HfApi(endpoint=hub.url, token=TOKEN))
+        assert sorted(hub.files_at("tester/silent")) == sorted([".gitattributes", *result.uploaded])
+        assert len(hub.repos["tester/silent"].commits) == 2 and hub.unknown == []
