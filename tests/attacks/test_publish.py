@@ -17,9 +17,10 @@ from huggingface_hub.utils import get_session
 from safetensors.torch import save_file
 
 from hf_vanilla import cli
-from hf_vanilla.hub import plan_upload, push_run
+from hf_vanilla.hub import model_card_text, plan_upload, push_run
+from hf_vanilla.training.tasks import get_task
 from tests.factories import tiny_model, tiny_tokenizer
-from tests.hub_fixtures import FakeHfApi
+from tests.hub_fixtures import FakeHfApi, copy_run
 from tests.hub_server import TOKEN, LocalHub
 
 SAVED = ["config.json", "configuration_vanilla.py", "generation_config.json", "model.safetensors",
@@ -157,3 +158,40 @@ def test_a_hub_that_never_answers_times_out_clearly_and_the_push_run_again_start
         result = push_run(folder, "tester/silent", api=HfApi(endpoint=hub.url, token=TOKEN))
         assert sorted(hub.files_at("tester/silent")) == sorted([".gitattributes", *result.uploaded])
         assert len(hub.repos["tester/silent"].commits) == 2 and hub.unknown == []
+
+
+HOSTILE = "```\n</pre><script>alert(1)</script>\n# Heading\n[link](https://x.invalid) `tick` ````"
+
+
+def rendered(markdown: str) -> list:
+    """The CommonMark tokens of ``markdown``, flattened (markdown-it-py is what rich, a dependency, renders with)."""
+    markdown_it = pytest.importorskip("markdown_it")
+    tokens = markdown_it.MarkdownIt("commonmark").parse(markdown)
+    return [*tokens, *(child for token in tokens for child in token.children or [])]
+
+
+def test_a_prompt_holding_a_code_fence_stays_inside_the_cards_block(trained_run: Path, tmp_path: Path) -> None:
+    run = copy_run(trained_run, tmp_path / "run")
+    metrics = json.loads((run / "metrics.json").read_text())
+    metrics["samples"] = [{"prompt": HOSTILE, "seed": 0, "sampled": " and ``` more"}]
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    card = model_card_text(run, "tester/fenced", rebuild_card=True)
+    samples = card.split("### Sample outputs")[1].split("## Intended use")[0]
+    tokens = rendered(samples)
+    assert [t.content for t in tokens if t.type == "fence"] == [HOSTILE + " and ``` more\n"]
+    assert [t.content for t in tokens if t.type == "code_inline"] == [repr(HOSTILE).replace("\n", " ")]
+    assert not [t for t in tokens if t.type.startswith(("html", "heading", "link"))]
+
+
+@pytest.mark.parametrize(
+    ("task", "sample", "items"),
+    [("mlm", {"fills": [{"answer": HOSTILE, "top5": ["`", HOSTILE]}]}, 1),
+     ("classification", {"text": HOSTILE, "label": "<b>x</b>", "predicted": "# y", "confidence": 0.5}, 1),
+     ("translation", {"source": HOSTILE, "reference": HOSTILE, "translation": "- [a](b)"}, 3)],
+)  # fmt: skip
+def test_data_quoted_in_a_card_sample_never_becomes_markup(task: str, sample: dict, items: int) -> None:
+    tokens = rendered(get_task(task).sample_markdown(sample))
+    assert not [t for t in tokens if t.type.startswith(("html", "heading", "link", "fence"))]
+    assert sum(t.type == "list_item_open" for t in tokens) == items  # the sample's own list, nothing added
+    text = "".join(t.content for t in tokens if t.type in ("text", "code_inline"))
+    assert "</pre><script>alert(1)</script>" in text and "[link](https://x.invalid)" in text
