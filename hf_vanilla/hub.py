@@ -22,6 +22,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -137,14 +138,20 @@ def _with_auto_map(config: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def model_card_text(
-    run_dir: str | os.PathLike[str], repo_id: str, *, rebuild_card: bool | None = None
+    run_dir: str | os.PathLike[str],
+    repo_id: str,
+    *,
+    rebuild_card: bool | None = None,
+    publish_samples: bool = False,
 ) -> str:
     """The ``README.md`` a push of ``run_dir`` to ``repo_id`` uploads (it must parse as a ``ModelCard``).
 
     ``rebuild_card``: True builds the card afresh with :func:`hf_vanilla.card.build_model_card` for
     ``repo_id`` (its title and loading snippet name the repo); False uploads the folder's README.md as it
     is; None (default) rebuilds when the folder has no README.md, or has exactly the card the run generated
-    (which names the local folder), and keeps a README.md that was edited by hand.
+    (which names the local folder), and keeps a README.md that was edited by hand. A built card is the public one
+    (:func:`hf_vanilla.card.build_model_card` with ``public=True``): no local paths, and sample outputs that quote
+    data that may be private only with ``publish_samples``.
     """
     from huggingface_hub import ModelCard
 
@@ -162,13 +169,14 @@ def model_card_text(
             f"cannot rebuild the model card: {folder} has no run.json and metrics.json (not a training run)"
         )
     text = existing
+    public = {"model_id": repo_id, "public": True, "samples": publish_samples}
     if rebuild_card is not False and has_run_files:
         if rebuild_card:
-            text = str(build_model_card(folder, model_id=repo_id))
+            text = str(build_model_card(folder, **public))
         else:
             try:  # only the run's own, unedited card is replaced: hand edits are never thrown away
-                if existing is None or existing == str(build_model_card(folder)):
-                    text = str(build_model_card(folder, model_id=repo_id))
+                if existing is None or existing == str(build_model_card(folder, saved_at=_saved_at(existing))):
+                    text = str(build_model_card(folder, **public))
             except Exception as error:  # a card is not worth failing the push for: say so and carry on
                 logger.warning(
                     "could not build the model card from %s (%s); %s",
@@ -176,6 +184,8 @@ def model_card_text(
                     error,
                     "keeping its README.md" if existing is not None else "using a minimal card",
                 )
+    if existing is not None and text is existing and has_run_files:
+        _check_kept_card(text, folder, publish_samples)
     if text is None:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         # the card of a model saved without a run, naming the auto_map the push will upload
@@ -187,6 +197,46 @@ def model_card_text(
             f"the model card {readme if text is existing else '(built)'} is not valid: {error}"
         ) from error
     return text
+
+
+#: An absolute local path in quotes or backticks, as a card's loading snippet names the run folder.
+_QUOTED_PATH = re.compile(r"""["'`]((?:~|[A-Za-z]:)?[/\\][^"'`\s]+)["'`]""")
+
+
+def _saved_at(card: str) -> str | None:
+    """Where the run was when its local card was written: the path its loading snippet names (a run folder moved
+    or copied since still has its own, unedited card)."""
+    found = re.search(r'from_pretrained\("([^"]+)", trust_remote_code=True\)', card)
+    return found.group(1) if found else None
+
+
+def _check_kept_card(card: str, folder: Path, publish_samples: bool) -> None:
+    """A README.md uploaded as it is (edited by hand, or ``--keep-card``) must not carry what the built public card
+    leaves out: the run's local paths, or texts its samples quote from data that may be private. Refused, naming
+    them, before anything is sent."""
+    from .training.outputs import QUOTED_FIELDS, local_paths, quoted_data
+
+    run = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
+    named = {str(folder.resolve()), *local_paths(run), *_QUOTED_PATH.findall(card)}
+    paths = sorted(path for path in named if len(path) > 1 and path in card)
+    quoted = quoted_data(run)
+    texts = [
+        text[:40]
+        for sample in (metrics.get("samples") or [] if quoted and not publish_samples else [])
+        for text in (sample.get(field) for field in QUOTED_FIELDS)
+        if isinstance(text, str) and len(text) >= 12 and text[:40] in card
+    ]
+    if paths or texts:
+        found = [f"local paths ({', '.join(paths)})"] * bool(paths) + [
+            f"texts of {quoted} quoted by its samples ({', '.join(repr(t) for t in texts)})"
+        ] * bool(texts)
+        raise ValueError(
+            f"{folder / CARD_FILE} is uploaded as it is (edited by hand) and holds {' and '.join(found)}. Edit "
+            "them out, or pass rebuild_card=True (--rebuild-card) to publish the built card without them"
+            + (", or publish_samples=True (--publish-samples) to publish the samples" if texts else "")
+            + "."
+        )
 
 
 def _check_run_dir(folder: Path, files: dict[str, Path]) -> None:
@@ -229,12 +279,13 @@ def check_finished(run: dict[str, Any], folder: Path) -> None:
 
 @dataclass(frozen=True)
 class PushResult:
-    """A finished push: the Hub's ``CommitInfo`` (``.oid``, ``.commit_url``, ``.repo_url``), the paths uploaded
-    and the top-level names of the folder that stayed local."""
+    """A finished push: the Hub's ``CommitInfo`` (``.oid``, ``.commit_url``, ``.repo_url``), the paths uploaded,
+    the top-level names of the folder that stayed local and which sample outputs were left out (None: none)."""
 
     commit: Any
     uploaded: list[str]
     skipped: list[str]
+    samples_left_out: str | None = None
 
 
 def push_run(
@@ -248,6 +299,7 @@ def push_run(
     rebuild_card: bool | None = None,
     include: Sequence[str] = (),
     allow_incomplete: bool = False,
+    publish_samples: bool = False,
     timeout: float = DEFAULT_TIMEOUT_S,
     api: Any = None,
 ) -> PushResult:
@@ -260,7 +312,10 @@ def push_run(
     Model files of an older push that this one does not replace are deleted in the same commit, so the repo
     never mixes two checkpoints. ``private=True`` refuses to push to an existing public repo. A training run whose
     ``run.json`` does not say ``completed`` (still running, diverged, interrupted) is refused unless
-    ``allow_incomplete``. A Hub silent for ``timeout`` seconds ends the push with a ``TimeoutError``; nothing is
+    ``allow_incomplete``. ``run.json`` and ``metrics.json`` go up without local paths (the local copies keep them),
+    and the sample outputs of a run trained on data that may be private (local files, a ``datasets`` dataset) are
+    left out of them and of the card unless ``publish_samples`` (see
+    :func:`hf_vanilla.training.outputs.public_run_files`). A Hub silent for ``timeout`` seconds ends the push with a ``TimeoutError``; nothing is
     committed then, and the same push run again starts afresh (files the Hub already holds are not sent twice).
     ``api`` is the
     ``huggingface_hub.HfApi`` to talk through (default: ``HfApi(token=token)``).
@@ -283,9 +338,10 @@ def push_run(
     operations: dict[str, Any] = dict(plan.files)
     if patched_config is not None:
         operations["config.json"] = (json.dumps(patched_config, indent=2, sort_keys=True) + "\n").encode()
+    samples_note = _public_run_files(operations, publish_samples)
     for source in code_files():  # code already in the folder is the code the weights were trained with: kept
         operations.setdefault(source.name, source)
-    card = model_card_text(folder, repo_id, rebuild_card=rebuild_card)
+    card = model_card_text(folder, repo_id, rebuild_card=rebuild_card, publish_samples=publish_samples)
     if plan.skipped:
         logger.info(  # PushResult.skipped has them too, and the command prints them: said once
             "not uploading %s (not needed to load the model; name a file with include=/--include to upload it)",
@@ -314,7 +370,25 @@ def push_run(
             f"The Hub at {api.endpoint} did not answer within {timeout:g} s ({type(error).__name__}). Nothing was "
             "committed: run the push again (it starts afresh), or allow longer with timeout=/--timeout SECONDS."
         ) from error
-    return PushResult(commit, sorted([*operations, CARD_FILE]), plan.skipped)
+    return PushResult(commit, sorted([*operations, CARD_FILE]), plan.skipped, samples_note)
+
+
+def _public_run_files(operations: dict[str, Any], publish_samples: bool) -> str | None:
+    """Put the public run.json and metrics.json (no local paths; samples of private data left out unless
+    ``publish_samples``) in ``operations``; say what data the published samples quote. Returns what was left out."""
+    from .training.outputs import public_run_files, quoted_data
+
+    if "run.json" not in operations or "metrics.json" not in operations:
+        return None
+    run = json.loads(Path(operations["run.json"]).read_text(encoding="utf-8"))
+    metrics = json.loads(Path(operations["metrics.json"]).read_text(encoding="utf-8"))
+    public_run, public_metrics = public_run_files(run, metrics, samples=publish_samples)
+    for name, record in (("run.json", public_run), ("metrics.json", public_metrics)):
+        operations[name] = (json.dumps(record, indent=2) + "\n").encode()
+    quoted, count = quoted_data(run), len(metrics.get("samples") or [])
+    if quoted and count and publish_samples:
+        logger.warning("publishing %d sample output(s) that quote texts of %s (publish_samples)", count, quoted)
+    return public_metrics.get("samples_left_out")
 
 
 @contextlib.contextmanager
@@ -421,6 +495,12 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         help="push a run whose run.json says it is still running, diverged or was interrupted (refused otherwise)",
     )
     parser.add_argument(
+        "--publish-samples",
+        action="store_true",
+        help="publish the sample outputs of a run trained on local files or a datasets dataset: they quote its "
+        "texts, so they are left out of the card and metrics.json otherwise (built-in corpora are public)",
+    )
+    parser.add_argument(
         "--timeout",
         metavar="SECONDS",
         type=float,
@@ -453,6 +533,7 @@ def _run_cli(args: argparse.Namespace) -> int:
             rebuild_card=args.rebuild_card,
             include=args.include,
             allow_incomplete=args.allow_incomplete,
+            publish_samples=args.publish_samples,
             timeout=args.timeout,
         )
     except (ValueError, OSError, RuntimeError) as error:  # refused token, missing files, Hub or upload errors
@@ -472,6 +553,8 @@ def _run_cli(args: argparse.Namespace) -> int:
     )
     if result.skipped:
         print(f"left local (not needed to load; --include NAME to upload): {', '.join(result.skipped)}")
+    if result.samples_left_out:
+        print(f"left out of the card and metrics.json: {result.samples_left_out} (--publish-samples to publish them)")
     return 0
 
 

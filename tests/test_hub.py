@@ -25,6 +25,7 @@ from transformers import AutoTokenizer
 
 import hf_vanilla as hv
 from hf_vanilla import cli
+from hf_vanilla.card import build_model_card
 from hf_vanilla.hub import model_card_text, plan_upload, push_run
 from tests.factories import tiny_model, tiny_tokenizer
 from tests.hub_fixtures import FakeHfApi, copy_run
@@ -68,7 +69,7 @@ def test_a_push_uploads_only_what_loading_needs_and_names_what_it_left(
 
     files = api.files("tester/tiny-clm")
     assert sorted(files) == [".gitattributes", *SHARED_RUN_FILES] == [".gitattributes", *result.uploaded]
-    assert all(files[name] == (run / name).read_bytes() for name in ("model.safetensors", "run.json"))
+    assert files["model.safetensors"] == (run / "model.safetensors").read_bytes()
     assert not [name for name, content in files.items() if b"SECRET" in content]
     assert result.skipped == sorted([
         *SECRETS, "checkpoint-1/", "checkpoint-2/", "extra/", "notes.txt", "trainer_state.json",
@@ -134,7 +135,7 @@ def test_a_failed_upload_commits_nothing_and_says_so(
 
 def test_model_cards_edited_kept_rebuilt_or_from_the_one_template(trained_run: Path, tmp_path: Path) -> None:
     run = copy_run(trained_run, tmp_path / "edited")
-    edited = (run / "README.md").read_text() + "\nHand-written notes.\n"
+    edited = str(build_model_card(run, model_id="someone/edited", public=True)) + "\nHand-written notes.\n"
     (run / "README.md").write_text(edited)
     assert model_card_text(run, "someone/edited") == edited  # an edited card is never replaced silently
     rebuilt = model_card_text(run, "someone/edited", rebuild_card=True)

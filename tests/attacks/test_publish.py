@@ -17,6 +17,7 @@ from huggingface_hub.utils import get_session
 from safetensors.torch import save_file
 
 from hf_vanilla import cli
+from hf_vanilla.card import build_model_card
 from hf_vanilla.hub import model_card_text, plan_upload, push_run
 from hf_vanilla.training.tasks import get_task
 from tests.factories import tiny_model, tiny_tokenizer
@@ -175,7 +176,7 @@ def test_a_prompt_holding_a_code_fence_stays_inside_the_cards_block(trained_run:
     metrics = json.loads((run / "metrics.json").read_text())
     metrics["samples"] = [{"prompt": HOSTILE, "seed": 0, "sampled": " and ``` more"}]
     (run / "metrics.json").write_text(json.dumps(metrics))
-    card = model_card_text(run, "tester/fenced", rebuild_card=True)
+    card = model_card_text(run, "tester/fenced", rebuild_card=True, publish_samples=True)
     samples = card.split("### Sample outputs")[1].split("## Intended use")[0]
     tokens = rendered(samples)
     assert [t.content for t in tokens if t.type == "fence"] == [HOSTILE + " and ``` more\n"]
@@ -195,3 +196,64 @@ def test_data_quoted_in_a_card_sample_never_becomes_markup(task: str, sample: di
     assert sum(t.type == "list_item_open" for t in tokens) == items  # the sample's own list, nothing added
     text = "".join(t.content for t in tokens if t.type in ("text", "code_inline"))
     assert "</pre><script>alert(1)</script>" in text and "[link](https://x.invalid)" in text
+
+
+def test_a_push_publishes_no_local_path_and_no_text_of_private_data_unless_asked(
+    trained_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = copy_run(trained_run, tmp_path / "run")
+    record = json.loads((run / "run.json").read_text())
+    record["command"] = ["/home/alice/.venv/bin/hf-vanilla", "train", "--data-files", "train=/home/alice/diary.txt"]
+    record["resumed_from"] = "/home/alice/runs/tiny/checkpoint-1"
+    (run / "run.json").write_text(json.dumps(record))
+    (run / "README.md").write_text(build_model_card(run).content)  # the run's own card: names the local folder
+    local = str(trained_run.parent)  # where the run's data files are
+    assert local in (run / "run.json").read_text()
+    prompt = json.loads((run / "metrics.json").read_text())["samples"][0]["prompt"]  # the test file's first words
+    api = FakeHfApi()
+    monkeypatch.setattr(huggingface_hub, "HfApi", lambda token=None: api)
+
+    assert cli.main(["push", str(run), "tester/private-data"]) == 0
+    said = capsys.readouterr().out
+    assert "left out of the card and metrics.json: 1 sample(s) quoting texts of the local files train.txt" in said
+    files = api.files("tester/private-data")
+    texts = {name: files[name].decode() for name in ("run.json", "metrics.json", "README.md")}
+    assert not [name for name, text in texts.items() if local in text or "/home/alice" in text or prompt in text]
+    published = json.loads(texts["run.json"])
+    assert published["command"] == ["hf-vanilla", "train", "--data-files", "train=diary.txt"]
+    assert published["dataset"]["files"] == ["train.txt", "validation.txt", "test.txt"]
+    assert "_Not published: 1 sample(s) quoting texts of the local files" in texts["README.md"]
+    assert "/home/alice" in (run / "run.json").read_text()  # the local record keeps them: evaluate reads the data
+
+    assert cli.main(["push", str(run), "tester/private-data", "--publish-samples"]) == 0
+    files = api.files("tester/private-data")
+    assert prompt in files["README.md"].decode() and prompt in files["metrics.json"].decode()
+    assert "/home/alice" not in files["README.md"].decode() + files["run.json"].decode()
+
+
+def test_samples_of_public_corpora_and_of_the_users_own_prompts_are_published() -> None:
+    from hf_vanilla.training.outputs import public_run_files
+
+    metrics = {"samples": [{"prompt": "MACBETH.", "sampled": " hail"}]}
+    for record in ({"task": "clm", "dataset": {"source": "hf_vanilla.corpora", "name": "shakespeare"}},
+                   {"task": "clm", "dataset": {"source": "local files", "files": ["/x/a.txt"]},
+                    "options": {"prompts": ["MACBETH."]}}):  # fmt: skip
+        assert public_run_files(record, metrics)[1] == metrics
+    for record in ({"task": "clm", "dataset": {"source": "datasets", "name": "me/private"}, "options": {}},
+                   {"task": "mlm", "dataset": {"source": "local files", "files": ["/x/a.txt"]},
+                    "options": {"prompts": ["x"]}}):  # fmt: skip
+        assert public_run_files(record, metrics)[1]["samples"] == []
+
+
+def test_a_card_edited_by_hand_that_names_local_paths_or_quotes_private_data_is_refused(
+    trained_run: Path, tmp_path: Path
+) -> None:
+    run = copy_run(trained_run, tmp_path / "run")
+    (run / "README.md").write_text((run / "README.md").read_text() + "\nMy notes.\n")  # local snippet, samples
+    prompt = json.loads((run / "metrics.json").read_text())["samples"][0]["prompt"]
+    api = FakeHfApi()
+    with pytest.raises(ValueError, match=rf"edited by hand.*local paths \({trained_run.resolve()}\).*{prompt}.*--rebuild-card"):
+        push_run(run, "tester/edited", api=api)
+    assert not api.repos
+    push_run(run, "tester/edited", rebuild_card=True, api=api)
+    assert str(trained_run.parent) not in api.files("tester/edited")["README.md"].decode()
