@@ -6,9 +6,11 @@ carries ``auto_map`` and the code files (``configuration_vanilla.py``, ``modelin
 model alone; :func:`push_run` shares a whole run directory (see :mod:`hf_vanilla.training`): weights, config,
 code, tokenizer, generation config, ``run.json`` / ``metrics.json`` / ``curves.png`` and the model card.
 
-Files go up by allow-list (:func:`plan_upload`): what loading needs (:func:`hf_vanilla.checkpoint.loading_files`)
-and the run files, nothing else unless named with ``include``; a stray ``token`` or ``id_rsa`` in a run folder
-stays local, and the push lists what it left behind.
+Files go up by allow-list (:func:`plan_upload`): what the checkpoint is made of
+(:func:`hf_vanilla.checkpoint.loading_files`) and the run files, nothing else unless named with ``include``, never
+through a link that leaves the folder; a stray ``token`` or ``id_rsa`` in a run folder stays local, and the push
+lists what it left behind. The run files and card go up without local paths, and without texts of data that may be
+private unless asked (:func:`hf_vanilla.training.outputs.public_run_files`).
 
 Everything goes up in ONE commit: either the repo moves to a complete new checkpoint, or (rejected token,
 interrupted upload, concurrent push) it stays exactly where it was. The Hub is ``HF_ENDPOINT`` (default
