@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -326,6 +327,8 @@ def push_run(
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
+    if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"timeout (--timeout) must be a positive number of seconds, got {timeout!r}")
     folder = Path(run_dir)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder} is not a directory")
@@ -398,8 +401,6 @@ def requests_time_out(seconds: float) -> Iterator[None]:
     """Give up on a Hub silent for ``seconds`` during the block: huggingface_hub sends every request through one
     shared client whose timeout is None (wait forever) and offers no per-call timeout for create_repo or
     create_commit, so the shared client's timeout is set for the block and restored after it."""
-    if not seconds > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {seconds!r}")
     from huggingface_hub.utils import get_session
 
     session = get_session()

@@ -66,6 +66,10 @@ def test_files_named_like_checkpoint_files_that_it_is_not_made_of_stay_local(sav
     assert set(result.skipped) == {"vocab.txt", "merges.txt", "tokenizer.model", "vocab.json", "added_tokens.json",
                                    "special_tokens_map.json", "model-secret.safetensors", "model.backup.safetensors"}
 
+    (folder / "added_tokens.json").write_text("SECRET, not JSON")  # read by the tokenizer: it no longer loads
+    with pytest.raises(ValueError, match=r"tokenizer files in .* do not load as a tokenizer"):
+        plan_upload(folder)
+
 
 def test_a_sharded_checkpoint_is_its_index_and_exactly_the_shards_it_names(tmp_path: Path) -> None:
     folder = tmp_path / "sharded"
@@ -154,6 +158,11 @@ def test_a_hub_that_never_answers_times_out_clearly_and_the_push_run_again_start
     err = capsys.readouterr().err
     assert f"The Hub at {url} did not answer within 0.5 s" in err and "Nothing was committed" in err, err
     assert get_session().timeout == before  # the client's own setting is back for everything else
+
+    for bad in ("0", "-1", "nan", "inf"):
+        assert cli.main([*push[:-1], bad]) == 1 and f"must be a positive number of seconds, got {float(bad)}" in (
+            capsys.readouterr().err
+        )
 
     with LocalHub() as hub:  # the same push again, to a Hub that answers: done in one commit
         result = push_run(folder, "tester/silent", api=HfApi(endpoint=hub.url, token=TOKEN))
