@@ -136,9 +136,19 @@ def card_data(run_dir: str | os.PathLike[str], model_id: str | None = None, *, p
         datasets=[dataset["name"]] if dataset.get("name") else None,
         metrics=[t for _, t, _ in task.card_metrics],
         pipeline_tag=pipeline,
-        base_model=opts.get("init_from") or None,
+        base_model=_hub_base_model(_read_json(run_dir / "run.json")["options"].get("init_from")),
         eval_results=results or None,
     )
+
+
+def _hub_base_model(init_from: str | None) -> str | None:
+    """The card's ``base_model``: the Hub repo a run was initialised from. A local folder is none (the Hub reads
+    ``base_model`` as a repo id, and its path is not to be published)."""
+    from .training.outputs import local_paths
+
+    if not init_from or local_paths(init_from) or Path(init_from).exists():
+        return None
+    return init_from
 
 
 def _architecture_table(run: Mapping[str, Any], config: Mapping[str, Any]) -> str:

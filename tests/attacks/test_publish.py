@@ -12,7 +12,7 @@ from pathlib import Path
 import huggingface_hub
 import pytest
 import torch
-from huggingface_hub import HfApi
+from huggingface_hub import HfApi, ModelCard
 from huggingface_hub.utils import get_session
 from safetensors.torch import save_file
 
@@ -214,6 +214,7 @@ def test_a_push_publishes_no_local_path_and_no_text_of_private_data_unless_asked
     record = json.loads((run / "run.json").read_text())
     record["command"] = ["/home/alice/.venv/bin/hf-vanilla", "train", "--data-files", "train=/home/alice/diary.txt"]
     record["resumed_from"] = "/home/alice/runs/tiny/checkpoint-1"
+    record["options"]["init_from"] = "/home/alice/models/base"
     (run / "run.json").write_text(json.dumps(record))
     (run / "README.md").write_text(build_model_card(run).content)  # the run's own card: names the local folder
     local = str(trained_run.parent)  # where the run's data files are
@@ -232,6 +233,8 @@ def test_a_push_publishes_no_local_path_and_no_text_of_private_data_unless_asked
     assert published["command"] == ["hf-vanilla", "train", "--data-files", "train=diary.txt"]
     assert published["dataset"]["files"] == ["train.txt", "validation.txt", "test.txt"]
     assert "_Not published: 1 sample(s) quoting texts of the local files" in texts["README.md"]
+    card = ModelCard(texts["README.md"])
+    assert card.data.base_model is None and "Initialised from `base`" in card.text  # a local folder is no repo id
     assert "/home/alice" in (run / "run.json").read_text()  # the local record keeps them: evaluate reads the data
 
     assert cli.main(["push", str(run), "tester/private-data", "--publish-samples"]) == 0
