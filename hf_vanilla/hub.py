@@ -318,10 +318,10 @@ def push_run(
     ``allow_incomplete``. ``run.json`` and ``metrics.json`` go up without local paths (the local copies keep them),
     and the sample outputs of a run trained on data that may be private (local files, a ``datasets`` dataset) are
     left out of them and of the card unless ``publish_samples`` (see
-    :func:`hf_vanilla.training.outputs.public_run_files`). A Hub silent for ``timeout`` seconds ends the push with a ``TimeoutError``; nothing is
-    committed then, and the same push run again starts afresh (files the Hub already holds are not sent twice).
-    ``api`` is the
-    ``huggingface_hub.HfApi`` to talk through (default: ``HfApi(token=token)``).
+    :func:`hf_vanilla.training.outputs.public_run_files`). A Hub silent for ``timeout`` seconds ends the push with
+    a ``TimeoutError``; nothing is committed then, and the same push run again starts afresh (files the Hub already
+    holds are not sent twice). ``api`` is the ``huggingface_hub.HfApi`` to talk through (default:
+    ``HfApi(token=token)``).
     """
     import httpx2  # huggingface_hub's HTTP client
     from huggingface_hub import HfApi
