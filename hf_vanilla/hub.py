@@ -202,7 +202,8 @@ def model_card_text(
     return text
 
 
-#: An absolute local path in quotes or backticks, as a card's loading snippet names the run folder.
+#: An absolute path in quotes or backticks (a card's loading snippet names the run folder so); one that exists
+#: here is a local path, ``/api/models`` in a hand-written note is not.
 _QUOTED_PATH = re.compile(r"""["'`]((?:~|[A-Za-z]:)?[/\\][^"'`\s]+)["'`]""")
 
 
@@ -221,7 +222,8 @@ def _check_kept_card(card: str, folder: Path, publish_samples: bool) -> None:
 
     run = json.loads((folder / "run.json").read_text(encoding="utf-8"))
     metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
-    named = {str(folder.resolve()), *local_paths(run), *_QUOTED_PATH.findall(card)}
+    quoted_paths = [path for path in _QUOTED_PATH.findall(card) if Path(path).expanduser().exists()]
+    named = {str(folder.resolve()), *local_paths(run), *local_paths(_saved_at(card) or ""), *quoted_paths}
     paths = sorted(path for path in named if len(path) > 1 and path in card)
     quoted = quoted_data(run)
     texts = [

@@ -135,7 +135,7 @@ def test_a_failed_upload_commits_nothing_and_says_so(
 
 def test_model_cards_edited_kept_rebuilt_or_from_the_one_template(trained_run: Path, tmp_path: Path) -> None:
     run = copy_run(trained_run, tmp_path / "edited")
-    edited = str(build_model_card(run, model_id="someone/edited", public=True)) + "\nHand-written notes.\n"
+    edited = str(build_model_card(run, model_id="someone/edited", public=True)) + "\nHand-written notes: `/api/x`.\n"
     (run / "README.md").write_text(edited)
     assert model_card_text(run, "someone/edited") == edited  # an edited card is never replaced silently
     rebuilt = model_card_text(run, "someone/edited", rebuild_card=True)
