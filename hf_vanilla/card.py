@@ -59,6 +59,16 @@ def _read_json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def _run_files(run_dir: Path, public: bool, samples: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """run.json and metrics.json of ``run_dir``; with ``public``, as a push publishes them
+    (:func:`hf_vanilla.training.outputs.public_run_files`: no local paths, samples of private data only if
+    ``samples``)."""
+    from .training.outputs import public_run_files
+
+    run, metrics = _read_json(run_dir / "run.json"), _read_json(run_dir / "metrics.json")
+    return public_run_files(run, metrics, samples=samples) if public else (run, metrics)
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
@@ -91,14 +101,14 @@ def _languages(run: Mapping[str, Any]) -> list[str] | None:
     return None
 
 
-def card_data(run_dir: str | os.PathLike[str], model_id: str | None = None) -> ModelCardData:
+def card_data(run_dir: str | os.PathLike[str], model_id: str | None = None, *, public: bool = False,
+              samples: bool = False, saved_at: str | os.PathLike[str] | None = None) -> ModelCardData:
     """The card's YAML metadata: library, licence, tags, datasets, metrics, pipeline, base model and
-    the test results as a ``model-index``."""
+    the test results as a ``model-index`` (``public``/``samples``: see :func:`build_model_card`)."""
     run_dir = Path(run_dir)
-    run = _read_json(run_dir / "run.json")
-    metrics = _read_json(run_dir / "metrics.json")
+    run, metrics = _run_files(run_dir, public, samples)
     task, opts, dataset = get_task(run["task"]), run["options"], run["dataset"]
-    model_id = model_id or run_dir.resolve().name
+    model_id = model_id or Path(saved_at or run_dir.resolve()).name
     license_id, license_name = DATA_LICENSES.get(dataset.get("name", ""), ("apache-2.0", None))
     if opts.get("license"):
         license_id, license_name = opts["license"], None
@@ -126,9 +136,19 @@ def card_data(run_dir: str | os.PathLike[str], model_id: str | None = None) -> M
         datasets=[dataset["name"]] if dataset.get("name") else None,
         metrics=[t for _, t, _ in task.card_metrics],
         pipeline_tag=pipeline,
-        base_model=opts.get("init_from") or None,
+        base_model=_hub_base_model(_read_json(run_dir / "run.json")["options"].get("init_from")),
         eval_results=results or None,
     )
+
+
+def _hub_base_model(init_from: str | None) -> str | None:
+    """The card's ``base_model``: the Hub repo a run was initialised from. A local folder is none (the Hub reads
+    ``base_model`` as a repo id, and its path is not to be published)."""
+    from .training.outputs import local_paths
+
+    if not init_from or local_paths(init_from) or Path(init_from).exists():
+        return None
+    return init_from
 
 
 def _architecture_table(run: Mapping[str, Any], config: Mapping[str, Any]) -> str:
@@ -211,7 +231,10 @@ def _data_section(run: Mapping[str, Any]) -> str:
     return "\n\n".join(lines)
 
 
-def _samples_section(task: Task, samples: Sequence[Mapping[str, Any]]) -> str:
+def _samples_section(task: Task, samples: Sequence[Mapping[str, Any]], left_out: str | None) -> str:
+    if left_out:
+        return (f"_Not published: {left_out}, which may be private. `hf-vanilla push --publish-samples` "
+                "publishes them._")
     if not samples:
         return "_No samples recorded._"
     return "\n\n".join(task.sample_markdown(dict(s)) for s in samples)
@@ -269,13 +292,15 @@ def _stop_note(metrics: Mapping[str, Any], run: Mapping[str, Any]) -> str | None
             f"of {run['effective']['max_steps']}")
 
 
-def card_context(run_dir: str | os.PathLike[str], model_id: str | None = None) -> dict[str, Any]:
-    """The template variables (strings of Markdown) for a run directory."""
+def card_context(run_dir: str | os.PathLike[str], model_id: str | None = None, *, public: bool = False,
+                 samples: bool = False, saved_at: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """The template variables (strings of Markdown) for a run directory (``public``/``samples``: see
+    :func:`build_model_card`)."""
     run_dir = Path(run_dir)
-    run = _read_json(run_dir / "run.json")
-    metrics = _read_json(run_dir / "metrics.json")
+    run, metrics = _run_files(run_dir, public, samples)
     config = _read_json(run_dir / "config.json") if (run_dir / "config.json").is_file() else run.get("config", {})
-    title = model_id or run_dir.resolve().name
+    local = Path(saved_at or run_dir.resolve())
+    title = model_id or local.name
     task = get_task(run["task"])
     m, baseline, timing = metrics["metrics"], metrics.get("baseline", {}), metrics.get("timing", {})
     split = m.get("test_split", "test")
@@ -300,9 +325,9 @@ def card_context(run_dir: str | os.PathLike[str], model_id: str | None = None) -
         "procedure_table": _procedure_table(run, timing),
         "results_table": _results_table(task, m, baseline),
         "has_curves": (run_dir / "curves.png").is_file(),
-        "samples_section": _samples_section(task, metrics.get("samples", [])),
+        "samples_section": _samples_section(task, metrics.get("samples", []), metrics.get("samples_left_out")),
         "limitations": _limitations(run),
-        "load_snippet": _load_snippet(task, model_id or str(run_dir.resolve())),
+        "load_snippet": _load_snippet(task, model_id or str(local)),
         "base_model": run["options"].get("init_from"),
         "resumed_from": run.get("resumed_from"),
         "stop_note": _stop_note(metrics, run),
@@ -314,15 +339,21 @@ def build_model_card(
     *,
     model_id: str | None = None,
     template_path: str | os.PathLike[str] | None = None,
+    public: bool = False,
+    samples: bool = False,
+    saved_at: str | os.PathLike[str] | None = None,
 ) -> ModelCard:
     """The model card of a run directory (``README.md`` content; call ``.save(path)`` to write it).
 
     ``model_id`` is the name used in the title and the loading snippet (default: the folder name in the
     title and the run directory's path in the snippet, so the snippet runs as written; the
     Hub push passes ``"user/repo"``). ``template_path`` defaults to the package's :data:`TEMPLATE`.
+    ``public`` builds the card a push publishes: no local paths, and the sample outputs left out when they quote
+    data that may be private (local files, a ``datasets`` dataset) unless ``samples``; the local card has both.
+    ``saved_at`` is where the run was when its local card was written (default: ``run_dir``), for a folder moved since.
     """
-    data = card_data(run_dir, model_id)
-    context = card_context(run_dir, model_id)
+    data = card_data(run_dir, model_id, public=public, samples=samples, saved_at=saved_at)
+    context = card_context(run_dir, model_id, public=public, samples=samples, saved_at=saved_at)
     return ModelCard.from_template(data, template_str=_template_text(template_path), **context)
 
 

@@ -21,7 +21,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,9 @@ TOKENIZER_FILES = (
 #: The configuration files ``save_pretrained`` writes beside the weights.
 CONFIG_FILES = ("config.json", "generation_config.json")
 
+#: The weights ``save_pretrained`` writes: one file, or an index naming shards.
+SAFE_WEIGHTS, SAFE_WEIGHTS_INDEX = "model.safetensors", "model.safetensors.index.json"
+
 STAGING_PREFIX = ".staging-"
 
 
@@ -72,15 +75,61 @@ def is_model_file(name: str) -> bool:
 
 
 def loading_files(folder: str | os.PathLike[str]) -> dict[str, Path]:
-    """What loading the model in ``folder`` needs, by file name: weights (and index), configs, the code files its
-    ``config.json`` names in ``auto_map``, and the tokenizer files. Only files that exist are listed."""
+    """What the model in ``folder`` is made of, by file name: the configs, the weights loading reads
+    (:func:`weight_files`), the code files its ``config.json`` names in ``auto_map`` and the files its tokenizer
+    consists of (:func:`tokenizer_files`). Decided by the folder's contents, not by names alone: a ``vocab.txt`` the
+    tokenizer does not use or a shard no index names is not part of the checkpoint. Only files that exist."""
     folder = Path(folder)
-    wanted = set(CONFIG_FILES) | set(TOKENIZER_FILES) | set(auto_map_modules(folder / "config.json"))
-    return {
-        path.name: path
-        for path in sorted(folder.iterdir())
-        if path.is_file() and (path.name in wanted or is_weight_file(path.name))
-    }
+    present = {path.name: path for path in sorted(folder.iterdir()) if path.is_file()}
+    wanted = {*CONFIG_FILES, *auto_map_modules(folder / "config.json"), *weight_files(folder), *tokenizer_files(folder)}
+    return {name: path for name, path in present.items() if name in wanted}
+
+
+def weight_files(folder: str | os.PathLike[str]) -> list[str]:
+    """The safetensors files ``from_pretrained`` reads from ``folder``: ``model.safetensors`` when there is one
+    (transformers prefers it to an index), else the index and exactly the shards its ``weight_map`` names. Each
+    must open as safetensors; an index naming a shard that is missing, outside the folder or not safetensors is
+    an error that names it."""
+    folder = Path(folder)
+    if (folder / SAFE_WEIGHTS).is_file():
+        check_weight_files(folder, [SAFE_WEIGHTS])
+        return [SAFE_WEIGHTS]
+    index = folder / SAFE_WEIGHTS_INDEX
+    if not index.is_file():
+        return []
+    try:
+        shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ValueError(f"{index} is not a safetensors index (a JSON object with a weight_map): {error}") from error
+    strays = [shard for shard in shards if not isinstance(shard, str) or Path(shard).name != shard]
+    if strays:
+        raise ValueError(f"{index} names shards that are not files beside it: {strays}")
+    missing = [shard for shard in shards if not (folder / shard).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{index} names shards that are missing: {missing}; save the model again")
+    check_weight_files(folder, shards)
+    return [SAFE_WEIGHTS_INDEX, *shards]
+
+
+def tokenizer_files(folder: str | os.PathLike[str]) -> list[str]:
+    """The files the tokenizer saved in ``folder`` consists of: those it writes when loaded and saved again (a
+    ``tokenizer.json`` tokenizer writes no ``vocab.txt`` or ``special_tokens_map.json``, so such files beside it are
+    not part of it). Empty when the folder holds no tokenizer files; an error when they do not load."""
+    folder = Path(folder)
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        return []
+    from transformers import AutoTokenizer
+
+    try:  # no remote code: a tokenizer that needs it is not one this package saved
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+    except Exception as error:
+        found = [name for name in TOKENIZER_FILES if (folder / name).is_file()]
+        raise ValueError(
+            f"the tokenizer files in {folder} ({', '.join(found)}) do not load as a tokenizer ({error}); fix them, "
+            "or move the files that are not the tokenizer's out of the folder"
+        ) from error
+    with tempfile.TemporaryDirectory() as scratch:
+        return sorted(Path(path).name for path in tokenizer.save_pretrained(scratch))
 
 
 def auto_map_modules(config_file: Path) -> list[str]:
@@ -124,12 +173,14 @@ def ensure_code_files(folder: str | os.PathLike[str]) -> list[str]:
 # Loading, where the package's own tools need more than transformers' warnings
 
 
-def check_weight_files(folder: str | os.PathLike[str]) -> None:
-    """Open the header of every safetensors file in ``folder``; a truncated or corrupted one is an error that names
-    the file (safetensors' own message, which ``from_pretrained`` passes on, does not say which file it read)."""
+def check_weight_files(folder: str | os.PathLike[str], names: Iterable[str] | None = None) -> None:
+    """Open the header of every safetensors file in ``folder`` (or of those ``names``); a truncated or corrupted one
+    is an error that names the file (safetensors' own message, which ``from_pretrained`` passes on, does not say
+    which file it read)."""
     from safetensors import SafetensorError, safe_open
 
-    for path in sorted(Path(folder).glob("*.safetensors")):
+    paths = sorted(Path(folder).glob("*.safetensors")) if names is None else [Path(folder) / n for n in names]
+    for path in paths:
         try:
             with safe_open(str(path), "pt"):
                 pass

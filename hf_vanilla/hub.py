@@ -6,9 +6,11 @@ carries ``auto_map`` and the code files (``configuration_vanilla.py``, ``modelin
 model alone; :func:`push_run` shares a whole run directory (see :mod:`hf_vanilla.training`): weights, config,
 code, tokenizer, generation config, ``run.json`` / ``metrics.json`` / ``curves.png`` and the model card.
 
-Files go up by allow-list (:func:`plan_upload`): what loading needs (:func:`hf_vanilla.checkpoint.loading_files`)
-and the run files, nothing else unless named with ``include``; a stray ``token`` or ``id_rsa`` in a run folder
-stays local, and the push lists what it left behind.
+Files go up by allow-list (:func:`plan_upload`): what the checkpoint is made of
+(:func:`hf_vanilla.checkpoint.loading_files`) and the run files, nothing else unless named with ``include``, never
+through a link that leaves the folder; a stray ``token`` or ``id_rsa`` in a run folder stays local, and the push
+lists what it left behind. The run files and card go up without local paths, and without texts of data that may be
+private unless asked (:func:`hf_vanilla.training.outputs.public_run_files`).
 
 Everything goes up in ONE commit: either the repo moves to a complete new checkpoint, or (rejected token,
 interrupted upload, concurrent push) it stays exactly where it was. The Hub is ``HF_ENDPOINT`` (default
@@ -18,11 +20,14 @@ huggingface.co), so a private Hub works the same way. See docs/hub.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import math
 import os
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +47,11 @@ logger = logging.getLogger(__name__)
 RUN_FILES = ("metrics.json", "run.json", "curves.png")
 CARD_FILE = "README.md"
 
+#: Seconds a push waits for the Hub to send anything (connect, each read, each write) before giving up:
+#: huggingface_hub's own client waits forever, so a Hub that takes the connection and never answers would hang
+#: the push. Long enough for the Hub to process a large commit; it bounds silence, not an upload's length.
+DEFAULT_TIMEOUT_S = 120.0
+
 
 @dataclass(frozen=True)
 class UploadPlan:
@@ -52,16 +62,18 @@ class UploadPlan:
 
 
 def plan_upload(run_dir: str | os.PathLike[str], include: Sequence[str] = ()) -> UploadPlan:
-    """The files of ``run_dir`` that a push uploads, by allow-list: what loading needs (weights, configs, the
-    code named by ``auto_map``, tokenizer), the run files (:data:`RUN_FILES`) and whatever ``include`` names
-    (a file or a folder, relative to ``run_dir``). Everything else is skipped and listed; the card
-    (``README.md``) is chosen by :func:`model_card_text`.
+    """The files of ``run_dir`` that a push uploads: what the checkpoint is made of
+    (:func:`hf_vanilla.checkpoint.loading_files`: configs, the weights loading reads, the code ``auto_map`` names,
+    the tokenizer's own files), the run files (:data:`RUN_FILES`) and whatever ``include`` names (a file or a
+    folder, relative to ``run_dir``). Everything else is skipped and listed; the card (``README.md``) is chosen by
+    :func:`model_card_text`. A file that is a link leaving ``run_dir`` is refused, never followed.
     """
     folder = Path(run_dir)
     files = loading_files(folder)
     files.update((name, folder / name) for name in RUN_FILES if (folder / name).is_file())
     for name in include:
         files.update(_included(folder, name))
+    _refuse_links_out(folder, [*files.values(), folder / CARD_FILE])
     top_level = {path.split("/")[0] for path in files} | {CARD_FILE}
     skipped = sorted(
         path.name + ("/" if path.is_dir() else "") for path in folder.iterdir() if path.name not in top_level
@@ -69,21 +81,40 @@ def plan_upload(run_dir: str | os.PathLike[str], include: Sequence[str] = ()) ->
     return UploadPlan(files, skipped)
 
 
+def _refuse_links_out(folder: Path, paths: Sequence[Path]) -> None:
+    """A push uploads what is inside the folder it was given: a link to a file elsewhere (``vocab.txt ->
+    ~/.ssh/id_rsa``) would publish that file. Refused before anything is sent, naming each link."""
+    inside = folder.resolve()
+    leaving = [
+        f"{path.relative_to(folder)} -> {path.resolve()}"
+        for path in paths
+        if (path.is_symlink() or path.exists()) and not path.resolve().is_relative_to(inside)
+    ]
+    if leaving:
+        raise ValueError(
+            f"refusing to push {folder}: {', '.join(leaving)} leave{'s' if len(leaving) == 1 else ''} the folder, "
+            "and a push uploads only files inside it. Remove the link, or copy the file in (cp -L) if you mean "
+            "to publish it."
+        )
+
+
 def _included(folder: Path, name: str) -> dict[str, Path]:
-    """The files ``--include NAME`` adds: one file, or every file under a folder, by their path in the repo."""
-    path = (folder / name).resolve()
+    """The files ``--include NAME`` adds: one file, or every file under a folder, by their path in the repo
+    (paths under ``folder`` as given, so a link among them is seen as one by :func:`_refuse_links_out`)."""
+    given = folder / name
+    path = given.resolve()
     if not path.is_relative_to(folder.resolve()) or path == folder.resolve():
         raise ValueError(f"--include {name!r} is not a file or folder inside {folder}")
     if not path.exists():
-        raise FileNotFoundError(f"--include {name!r}: {folder / name} does not exist")
-    found = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        raise FileNotFoundError(f"--include {name!r}: {given} does not exist")
+    found = [given] if path.is_file() else sorted(p for p in given.rglob("*") if p.is_file())
     pickles = [p.name for p in found if p.name.endswith(PICKLE_SUFFIXES)]
     if pickles:
         raise ValueError(
             f"--include {name!r} holds pickled files ({', '.join(pickles)}): the Hub flags them as unsafe to "
             "open and loading does not need them; convert them to safetensors or leave them out"
         )
-    return {p.relative_to(folder.resolve()).as_posix(): p for p in found}
+    return {Path(os.path.normpath(p.relative_to(folder))).as_posix(): p for p in found}
 
 
 def _with_auto_map(config: dict[str, Any]) -> dict[str, Any] | None:
@@ -110,14 +141,20 @@ def _with_auto_map(config: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def model_card_text(
-    run_dir: str | os.PathLike[str], repo_id: str, *, rebuild_card: bool | None = None
+    run_dir: str | os.PathLike[str],
+    repo_id: str,
+    *,
+    rebuild_card: bool | None = None,
+    publish_samples: bool = False,
 ) -> str:
     """The ``README.md`` a push of ``run_dir`` to ``repo_id`` uploads (it must parse as a ``ModelCard``).
 
     ``rebuild_card``: True builds the card afresh with :func:`hf_vanilla.card.build_model_card` for
     ``repo_id`` (its title and loading snippet name the repo); False uploads the folder's README.md as it
     is; None (default) rebuilds when the folder has no README.md, or has exactly the card the run generated
-    (which names the local folder), and keeps a README.md that was edited by hand.
+    (which names the local folder), and keeps a README.md that was edited by hand. A built card is the public one
+    (:func:`hf_vanilla.card.build_model_card` with ``public=True``): no local paths, and sample outputs that quote
+    data that may be private only with ``publish_samples``.
     """
     from huggingface_hub import ModelCard
 
@@ -135,13 +172,14 @@ def model_card_text(
             f"cannot rebuild the model card: {folder} has no run.json and metrics.json (not a training run)"
         )
     text = existing
+    public = {"model_id": repo_id, "public": True, "samples": publish_samples}
     if rebuild_card is not False and has_run_files:
         if rebuild_card:
-            text = str(build_model_card(folder, model_id=repo_id))
+            text = str(build_model_card(folder, **public))
         else:
             try:  # only the run's own, unedited card is replaced: hand edits are never thrown away
-                if existing is None or existing == str(build_model_card(folder)):
-                    text = str(build_model_card(folder, model_id=repo_id))
+                if existing is None or existing == str(build_model_card(folder, saved_at=_saved_at(existing))):
+                    text = str(build_model_card(folder, **public))
             except Exception as error:  # a card is not worth failing the push for: say so and carry on
                 logger.warning(
                     "could not build the model card from %s (%s); %s",
@@ -149,6 +187,8 @@ def model_card_text(
                     error,
                     "keeping its README.md" if existing is not None else "using a minimal card",
                 )
+    if existing is not None and text is existing and has_run_files:
+        _check_kept_card(text, folder, publish_samples)
     if text is None:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         # the card of a model saved without a run, naming the auto_map the push will upload
@@ -160,6 +200,48 @@ def model_card_text(
             f"the model card {readme if text is existing else '(built)'} is not valid: {error}"
         ) from error
     return text
+
+
+#: An absolute path in quotes or backticks (a card's loading snippet names the run folder so); one that exists
+#: here is a local path, ``/api/models`` in a hand-written note is not.
+_QUOTED_PATH = re.compile(r"""["'`]((?:~|[A-Za-z]:)?[/\\][^"'`\s]+)["'`]""")
+
+
+def _saved_at(card: str) -> str | None:
+    """Where the run was when its local card was written: the path its loading snippet names (a run folder moved
+    or copied since still has its own, unedited card)."""
+    found = re.search(r'from_pretrained\("([^"]+)", trust_remote_code=True\)', card)
+    return found.group(1) if found else None
+
+
+def _check_kept_card(card: str, folder: Path, publish_samples: bool) -> None:
+    """A README.md uploaded as it is (edited by hand, or ``--keep-card``) must not carry what the built public card
+    leaves out: the run's local paths, or texts its samples quote from data that may be private. Refused, naming
+    them, before anything is sent."""
+    from .training.outputs import QUOTED_FIELDS, local_paths, quoted_data
+
+    run = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
+    quoted_paths = [path for path in _QUOTED_PATH.findall(card) if Path(path).expanduser().exists()]
+    named = {str(folder.resolve()), *local_paths(run), *local_paths(_saved_at(card) or ""), *quoted_paths}
+    paths = sorted(path for path in named if len(path) > 1 and path in card)
+    quoted = quoted_data(run)
+    texts = [
+        text[:40]
+        for sample in (metrics.get("samples") or [] if quoted and not publish_samples else [])
+        for text in (sample.get(field) for field in QUOTED_FIELDS)
+        if isinstance(text, str) and len(text) >= 12 and text[:40] in card
+    ]
+    if paths or texts:
+        found = [f"local paths ({', '.join(paths)})"] * bool(paths) + [
+            f"texts of {quoted} quoted by its samples ({', '.join(repr(t) for t in texts)})"
+        ] * bool(texts)
+        raise ValueError(
+            f"{folder / CARD_FILE} is uploaded as it is (edited by hand) and holds {' and '.join(found)}. Edit "
+            "them out, or pass rebuild_card=True (--rebuild-card) to publish the built card without them"
+            + (", or publish_samples=True (--publish-samples) to publish the samples" if texts else "")
+            + "."
+        )
 
 
 def _check_run_dir(folder: Path, files: dict[str, Path]) -> None:
@@ -176,14 +258,39 @@ def _check_run_dir(folder: Path, files: dict[str, Path]) -> None:
         logger.warning("%s has no tokenizer files: the repo will hold the model only", folder)
 
 
+#: Why a run whose run.json records one of these statuses is not pushed without ``allow_incomplete``.
+UNFINISHED = {
+    "running": "is still running, or its process was killed before it could record how it ended",
+    "diverged": "diverged{at} (its loss became NaN/inf)",
+    "interrupted": "was interrupted{at} before it finished",
+}
+
+
+def check_finished(run: dict[str, Any], folder: Path) -> None:
+    """Refuse a run whose ``run.json`` does not say ``completed``: its weights and card are not those of the run
+    that was asked for. A folder without run.json (a model saved on its own) has nothing to check."""
+    status = run.get("status", "completed")
+    if status == "completed":
+        return
+    step = run.get("diverged_at_step", run.get("interrupted_at_step"))
+    why = UNFINISHED.get(status, f"has status {status!r}, not 'completed'")
+    why = why.format(at=f" at step {step}" if step is not None else "")
+    raise ValueError(
+        f"refusing to push {folder}: run.json says the run {why}. "
+        "Finish it first (`hf-vanilla train ... --resume`), or pass allow_incomplete=True (--allow-incomplete) to "
+        "publish it as it is."
+    )
+
+
 @dataclass(frozen=True)
 class PushResult:
-    """A finished push: the Hub's ``CommitInfo`` (``.oid``, ``.commit_url``, ``.repo_url``), the paths uploaded
-    and the top-level names of the folder that stayed local."""
+    """A finished push: the Hub's ``CommitInfo`` (``.oid``, ``.commit_url``, ``.repo_url``), the paths uploaded,
+    the top-level names of the folder that stayed local and which sample outputs were left out (None: none)."""
 
     commit: Any
     uploaded: list[str]
     skipped: list[str]
+    samples_left_out: str | None = None
 
 
 def push_run(
@@ -196,6 +303,9 @@ def push_run(
     commit_message: str | None = None,
     rebuild_card: bool | None = None,
     include: Sequence[str] = (),
+    allow_incomplete: bool = False,
+    publish_samples: bool = False,
+    timeout: float = DEFAULT_TIMEOUT_S,
     api: Any = None,
 ) -> PushResult:
     """Upload a training run directory (or any ``save_pretrained`` folder) to the Hub in one commit.
@@ -205,17 +315,29 @@ def push_run(
     tokenizer, generation config, run files, anything named in ``include``, and the model card (see
     :func:`model_card_text` for ``rebuild_card``); everything else stays local and is listed in the result.
     Model files of an older push that this one does not replace are deleted in the same commit, so the repo
-    never mixes two checkpoints. ``private=True`` refuses to push to an existing public repo. ``api`` is the
-    ``huggingface_hub.HfApi`` to talk through (default: ``HfApi(token=token)``).
+    never mixes two checkpoints. ``private=True`` refuses to push to an existing public repo. A training run whose
+    ``run.json`` does not say ``completed`` (still running, diverged, interrupted) is refused unless
+    ``allow_incomplete``. ``run.json`` and ``metrics.json`` go up without local paths (the local copies keep them),
+    and the sample outputs of a run trained on data that may be private (local files, a ``datasets`` dataset) are
+    left out of them and of the card unless ``publish_samples`` (see
+    :func:`hf_vanilla.training.outputs.public_run_files`). A Hub silent for ``timeout`` seconds ends the push with
+    a ``TimeoutError``; nothing is committed then, and the same push run again starts afresh (files the Hub already
+    holds are not sent twice). ``api`` is the ``huggingface_hub.HfApi`` to talk through (default:
+    ``HfApi(token=token)``).
     """
+    import httpx2  # huggingface_hub's HTTP client
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
+    if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"timeout (--timeout) must be a positive number of seconds, got {timeout!r}")
     folder = Path(run_dir)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder} is not a directory")
     plan = plan_upload(folder, include)
     _check_run_dir(folder, plan.files)
+    if "run.json" in plan.files and not allow_incomplete:
+        check_finished(json.loads(plan.files["run.json"].read_text(encoding="utf-8")), folder)
     config = json.loads(plan.files["config.json"].read_text(encoding="utf-8"))
     patched_config = _with_auto_map(config)
 
@@ -223,9 +345,10 @@ def push_run(
     operations: dict[str, Any] = dict(plan.files)
     if patched_config is not None:
         operations["config.json"] = (json.dumps(patched_config, indent=2, sort_keys=True) + "\n").encode()
+    samples_note = _public_run_files(operations, publish_samples)
     for source in code_files():  # code already in the folder is the code the weights were trained with: kept
         operations.setdefault(source.name, source)
-    card = model_card_text(folder, repo_id, rebuild_card=rebuild_card)
+    card = model_card_text(folder, repo_id, rebuild_card=rebuild_card, publish_samples=publish_samples)
     if plan.skipped:
         logger.info(  # PushResult.skipped has them too, and the command prints them: said once
             "not uploading %s (not needed to load the model; name a file with include=/--include to upload it)",
@@ -234,9 +357,10 @@ def push_run(
 
     api = api if api is not None else HfApi(token=token)
     try:
-        commit = _commit(
-            api, folder, repo_id, operations, card, revision, private, commit_message, rebuild_card
-        )
+        with requests_time_out(timeout):
+            commit = _commit(
+                api, folder, repo_id, operations, card, revision, private, commit_message, rebuild_card
+            )
     except HfHubHTTPError as error:
         status = error.response.status_code if error.response is not None else None
         if status not in (401, 403) or isinstance(error, RepositoryNotFoundError):
@@ -248,7 +372,46 @@ def push_run(
             f"The Hub at {api.endpoint} refused the push to {repo_id!r} ({reason}). Log in with `hf auth login`, "
             "set HF_TOKEN or pass a write token. Nothing was committed."
         ) from error
-    return PushResult(commit, sorted([*operations, CARD_FILE]), plan.skipped)
+    except httpx2.TimeoutException as error:
+        raise TimeoutError(
+            f"The Hub at {api.endpoint} did not answer within {timeout:g} s ({type(error).__name__}). Nothing was "
+            "committed: run the push again (it starts afresh), or allow longer with timeout=/--timeout SECONDS."
+        ) from error
+    return PushResult(commit, sorted([*operations, CARD_FILE]), plan.skipped, samples_note)
+
+
+def _public_run_files(operations: dict[str, Any], publish_samples: bool) -> str | None:
+    """Put the public run.json and metrics.json (no local paths; samples of private data left out unless
+    ``publish_samples``) in ``operations``; say what data the published samples quote. Returns what was left out."""
+    from .training.outputs import public_run_files, quoted_data
+
+    if "run.json" not in operations or "metrics.json" not in operations:
+        return None
+    run = json.loads(Path(operations["run.json"]).read_text(encoding="utf-8"))
+    metrics = json.loads(Path(operations["metrics.json"]).read_text(encoding="utf-8"))
+    public_run, public_metrics = public_run_files(run, metrics, samples=publish_samples)
+    for name, record in (("run.json", public_run), ("metrics.json", public_metrics)):
+        operations[name] = (json.dumps(record, indent=2) + "\n").encode()
+    quoted, count = quoted_data(run), len(metrics.get("samples") or [])
+    if quoted and count and publish_samples:
+        logger.warning("publishing %d sample output(s) that quote texts of %s (publish_samples)", count, quoted)
+    return public_metrics.get("samples_left_out")
+
+
+@contextlib.contextmanager
+def requests_time_out(seconds: float) -> Iterator[None]:
+    """Give up on a Hub silent for ``seconds`` during the block: huggingface_hub sends every request through one
+    shared client whose timeout is None (wait forever) and offers no per-call timeout for create_repo or
+    create_commit, so the shared client's timeout is set for the block and restored after it."""
+    from huggingface_hub.utils import get_session
+
+    session = get_session()
+    before = session.timeout
+    session.timeout = seconds
+    try:
+        yield
+    finally:
+        session.timeout = before
 
 
 def _commit(
@@ -331,6 +494,24 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         help="also upload this file or folder of RUN_DIR (repeatable); only what loading needs and the run "
         "files are uploaded otherwise, and the rest is listed as skipped",
     )
+    parser.add_argument(
+        "--allow-incomplete",
+        action="store_true",
+        help="push a run whose run.json says it is still running, diverged or was interrupted (refused otherwise)",
+    )
+    parser.add_argument(
+        "--publish-samples",
+        action="store_true",
+        help="publish the sample outputs of a run trained on local files or a datasets dataset: they quote its "
+        "texts, so they are left out of the card and metrics.json otherwise (built-in corpora are public)",
+    )
+    parser.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help=f"give up when the Hub sends nothing for this long (default {DEFAULT_TIMEOUT_S:g}); nothing is committed",
+    )
     card = parser.add_mutually_exclusive_group()
     card.add_argument(
         "--rebuild-card",
@@ -356,11 +537,14 @@ def _run_cli(args: argparse.Namespace) -> int:
             commit_message=args.commit_message,
             rebuild_card=args.rebuild_card,
             include=args.include,
+            allow_incomplete=args.allow_incomplete,
+            publish_samples=args.publish_samples,
+            timeout=args.timeout,
         )
     except (ValueError, OSError, RuntimeError) as error:  # refused token, missing files, Hub or upload errors
         cause = (
             f" ({error.__cause__})"
-            if error.__cause__ is not None and not isinstance(error, PermissionError)
+            if error.__cause__ is not None and not isinstance(error, PermissionError | TimeoutError)
             else ""
         )
         # huggingface_hub raises RuntimeError when an upload fails; the commit was never made.
@@ -374,6 +558,8 @@ def _run_cli(args: argparse.Namespace) -> int:
     )
     if result.skipped:
         print(f"left local (not needed to load; --include NAME to upload): {', '.join(result.skipped)}")
+    if result.samples_left_out:
+        print(f"left out of the card and metrics.json: {result.samples_left_out} (--publish-samples to publish them)")
     return 0
 
 

@@ -5,6 +5,7 @@ import os
 from hypothesis import HealthCheck, settings
 
 from tests.corpus_fixtures import bbc_src, bible_src, corpus_cache, shakespeare_src  # noqa: F401  (fixtures)
+from tests.hub_fixtures import trained_run  # noqa: F401  (fixture)
 
 # Tests never reach the Hub: anything that tries fails at once instead of hanging.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from ...markdown import plain
 from .base import Evaluation, Task, evaluate_splits, final_split, limit_samples, need_columns
 
 if TYPE_CHECKING:
@@ -134,8 +135,8 @@ class Classification(Task):
         return samples
 
     def sample_markdown(self, sample: dict[str, Any]) -> str:
-        return (f"- {sample['text'][:120]!r}... gold **{sample['label']}**, predicted **{sample['predicted']}** "
-                f"({sample['confidence']:.2f})")
+        return (f"- {plain(repr(sample['text'][:120]))}... gold **{plain(sample['label'])}**, predicted "
+                f"**{plain(sample['predicted'])}** ({sample['confidence']:.2f})")
 
     def usage_lines(self) -> list[str]:
         return ['logits = model(**tokenizer("Shares rose after the results.", return_tensors="pt")).logits',

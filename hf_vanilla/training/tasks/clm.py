@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...markdown import code_block, code_span
 from .base import Evaluation, final_split
 from .language_model import LanguageModelTask
 
@@ -85,8 +86,8 @@ class CausalLM(LanguageModelTask):
 
     def sample_markdown(self, sample: dict[str, Any]) -> str:
         seed = f", seed {sample['seed']}" if "seed" in sample else ""
-        return (f"Prompt `{sample['prompt']!r}`, sampled (top-k 50, temperature 0.8{seed}):\n\n```text\n"
-                f"{sample['prompt']}{sample['sampled']}\n```")
+        return (f"Prompt {code_span(repr(sample['prompt']))}, sampled (top-k 50, temperature 0.8{seed}):\n\n"
+                + code_block(sample["prompt"] + sample["sampled"], "text"))
 
     def usage_lines(self) -> list[str]:
         return ['inputs = tokenizer("MACBETH.\\n", return_tensors="pt")',

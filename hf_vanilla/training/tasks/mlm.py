@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...markdown import code_span
 from .base import Evaluation, final_split
 from .language_model import LanguageModelTask
 
@@ -69,7 +70,7 @@ class MaskedLM(LanguageModelTask):
         return samples
 
     def sample_markdown(self, sample: dict[str, Any]) -> str:
-        return "- " + "; ".join(f"`{f['answer']}` -> {', '.join(f'`{t}`' for t in f['top5'])}"
+        return "- " + "; ".join(f"{code_span(f['answer'])} -> {', '.join(code_span(t) for t in f['top5'])}"
                                 for f in sample["fills"])
 
     def usage_lines(self) -> list[str]:

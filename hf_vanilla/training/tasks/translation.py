@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...markdown import plain
 from .base import Evaluation, Task, evaluate_splits, final_split, limit_samples, need_columns
 
 if TYPE_CHECKING:
@@ -141,8 +142,8 @@ class Translation(Task):
         return evaluation.outputs[: opts.num_samples]
 
     def sample_markdown(self, sample: dict[str, Any]) -> str:
-        return (f"- **source:** {sample['source']}\n  - **reference:** {sample['reference']}\n"
-                f"  - **model:** {sample['translation']}")
+        return (f"- **source:** {plain(sample['source'])}\n  - **reference:** {plain(sample['reference'])}\n"
+                f"  - **model:** {plain(sample['translation'])}")
 
     def card_procedure_rows(self, options: dict[str, Any]) -> list[tuple[str, str]]:
         return [("decoding", f"beam {options.get('num_beams')}, length penalty 0.6")]

@@ -1,0 +1,271 @@
+"""Attacks on what a push publishes: files named like a checkpoint's that are not part of it, links out of the
+folder, local paths and private text in the run files and card, markdown that breaks out of the card's blocks,
+unfinished runs, and a Hub that never answers."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from pathlib import Path
+
+import huggingface_hub
+import pytest
+import torch
+from huggingface_hub import HfApi, ModelCard
+from huggingface_hub.utils import get_session
+from safetensors.torch import save_file
+
+from hf_vanilla import cli
+from hf_vanilla.card import build_model_card
+from hf_vanilla.hub import model_card_text, plan_upload, push_run
+from hf_vanilla.training.tasks import get_task
+from tests.factories import tiny_model, tiny_tokenizer
+from tests.hub_fixtures import FakeHfApi, copy_run
+from tests.hub_server import TOKEN, LocalHub
+
+SAVED = ["config.json", "configuration_vanilla.py", "generation_config.json", "model.safetensors",
+         "modeling_vanilla.py", "positional.py", "tokenizer.json", "tokenizer_config.json"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model and its tokenizer as ``save_pretrained`` writes them (the tokenizer is tokenizer.json alone)."""
+    folder = tmp_path_factory.mktemp("saved") / "model"
+    tiny_model("decoder").save_pretrained(folder)
+    tiny_tokenizer("decoder").save_pretrained(folder)
+    assert sorted(p.name for p in folder.iterdir()) == SAVED
+    return folder
+
+
+def copy_of(saved: Path, tmp_path: Path) -> Path:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for path in saved.iterdir():
+        (folder / path.name).write_bytes(path.read_bytes())
+    return folder
+
+
+def secret_weights(path: Path) -> None:
+    save_file({"secret": torch.arange(4.0)}, path)
+
+
+def test_files_named_like_checkpoint_files_that_it_is_not_made_of_stay_local(saved: Path, tmp_path: Path) -> None:
+    folder = copy_of(saved, tmp_path)
+    for name in ("vocab.txt", "merges.txt", "tokenizer.model", "vocab.json"):
+        (folder / name).write_text("SECRET\n")
+    (folder / "added_tokens.json").write_text('{"SECRET": 0}')
+    (folder / "special_tokens_map.json").write_text('{"note": "SECRET"}')
+    secret_weights(folder / "model-secret.safetensors")
+    secret_weights(folder / "model.backup.safetensors")
+    api = FakeHfApi()
+
+    result = push_run(folder, "tester/planted", api=api)
+
+    assert sorted(api.files("tester/planted")) == sorted([".gitattributes", "README.md", *SAVED])
+    assert set(result.skipped) == {"vocab.txt", "merges.txt", "tokenizer.model", "vocab.json", "added_tokens.json",
+                                   "special_tokens_map.json", "model-secret.safetensors", "model.backup.safetensors"}
+
+    (folder / "added_tokens.json").write_text("SECRET, not JSON")  # read by the tokenizer: it no longer loads
+    with pytest.raises(ValueError, match=r"tokenizer files in .* do not load as a tokenizer"):
+        plan_upload(folder)
+
+
+def test_a_sharded_checkpoint_is_its_index_and_exactly_the_shards_it_names(tmp_path: Path) -> None:
+    folder = tmp_path / "sharded"
+    tiny_model("decoder").save_pretrained(folder, max_shard_size="40KB")
+    shards = sorted(p.name for p in folder.glob("model-*.safetensors"))
+    assert len(shards) > 1
+    secret_weights(folder / "model-99999-of-99999.safetensors")  # named like a shard; no index names it
+    files = plan_upload(folder).files
+    assert sorted(name for name in files if "safetensors" in name) == sorted(["model.safetensors.index.json", *shards])
+
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    first = next(iter(index["weight_map"]))
+    for shard, error in (("../outside.safetensors", "not files beside it"), ("gone.safetensors", "missing")):
+        broken = {**index, "weight_map": {**index["weight_map"], first: shard}}
+        (folder / "model.safetensors.index.json").write_text(json.dumps(broken))
+        with pytest.raises((ValueError, FileNotFoundError), match=error):
+            plan_upload(folder)
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    (folder / shards[0]).write_text("SECRET, not safetensors")
+    with pytest.raises(OSError, match=f"Cannot read the weights in .*{shards[0]}"):
+        plan_upload(folder)
+
+
+@pytest.mark.parametrize("link", ["model.safetensors", "tokenizer.json", "run.json", "README.md", "extra/notes.txt"])
+def test_a_link_out_of_the_folder_is_never_followed(saved: Path, tmp_path: Path, link: str) -> None:
+    folder = copy_of(saved, tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    target = home / "secret"
+    if link in ("model.safetensors", "tokenizer.json"):  # the real file moved out: loading through the link works
+        (folder / link).rename(target)
+    else:
+        target.write_text('{"netrc": "SECRET"}')
+    (folder / link).parent.mkdir(exist_ok=True)
+    (folder / link).symlink_to(target)
+    api = FakeHfApi()
+    with pytest.raises(ValueError, match=rf"{link} -> {target} leaves the folder"):
+        push_run(folder, "tester/linked", include=["extra"] if link.startswith("extra") else (), api=api)
+    assert not api.repos  # refused before anything was created
+
+
+def test_links_that_stay_inside_the_folder_and_a_linked_folder_are_fine(saved: Path, tmp_path: Path) -> None:
+    folder = copy_of(saved, tmp_path)
+    (folder / "notes").mkdir()
+    (folder / "notes" / "a.txt").write_text("mine\n")
+    (folder / "notes" / "b.txt").symlink_to(folder / "notes" / "a.txt")
+    (folder / "vocab.txt").symlink_to(Path.home() / ".ssh" / "id_rsa")  # not part of the checkpoint: left local
+    (tmp_path / "latest").symlink_to(folder)
+    plan = plan_upload(tmp_path / "latest", include=["notes"])
+    assert sorted(plan.files) == sorted([*SAVED, "notes/a.txt", "notes/b.txt"]) and "vocab.txt" in plan.skipped
+
+
+@pytest.mark.parametrize(
+    ("record", "said"),
+    [({"status": "running"}, "is still running"), ({"status": "diverged", "diverged_at_step": 7}, "diverged at step 7"),
+     ({"status": "interrupted", "interrupted_at_step": 3}, "was interrupted at step 3 before it finished")],
+)  # fmt: skip
+def test_an_unfinished_run_is_not_pushed_without_a_word(
+    saved: Path, tmp_path: Path, record: dict, said: str
+) -> None:
+    folder = copy_of(saved, tmp_path)
+    (folder / "run.json").write_text(json.dumps({"task": "clm", **record}))
+    api = FakeHfApi()
+    with pytest.raises(ValueError, match=f"run.json says the run {said}.*--allow-incomplete"):
+        push_run(folder, "tester/unfinished", api=api)
+    assert not api.repos
+    push_run(folder, "tester/unfinished", allow_incomplete=True, api=api)
+    assert json.loads(api.files("tester/unfinished")["run.json"])["status"] == record["status"]
+
+
+def test_a_hub_that_never_answers_times_out_clearly_and_the_push_run_again_starts_clean(
+    saved: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = copy_of(saved, tmp_path)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # the conftest's guard; 127.0.0.1 only
+    before = get_session().timeout
+    exit_codes = []
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # the kernel takes the connection; nobody answers
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        monkeypatch.setattr(huggingface_hub, "HfApi", lambda token=None: HfApi(endpoint=url, token=TOKEN))
+        push = ["push", str(folder), "tester/silent", "--timeout", "0.5"]
+        pushing = threading.Thread(target=lambda: exit_codes.append(cli.main(push)), daemon=True)
+        pushing.start()
+        pushing.join(60)
+    assert not pushing.is_alive() and exit_codes == [1], "the push still waits on a Hub that never answers"
+    err = capsys.readouterr().err
+    assert f"The Hub at {url} did not answer within 0.5 s" in err and "Nothing was committed" in err, err
+    assert get_session().timeout == before  # the client's own setting is back for everything else
+
+    for bad in ("0", "-1", "nan", "inf"):
+        assert cli.main([*push[:-1], bad]) == 1 and f"must be a positive number of seconds, got {float(bad)}" in (
+            capsys.readouterr().err
+        )
+
+    with LocalHub() as hub:  # the same push again, to a Hub that answers: done in one commit
+        result = push_run(folder, "tester/silent", api=HfApi(endpoint=hub.url, token=TOKEN))
+        assert sorted(hub.files_at("tester/silent")) == sorted([".gitattributes", *result.uploaded])
+        assert len(hub.repos["tester/silent"].commits) == 2 and hub.unknown == []
+
+
+HOSTILE = "```\n</pre><script>alert(1)</script>\n# Heading\n[link](https://x.invalid) `tick` ````"
+
+
+def rendered(markdown: str) -> list:
+    """The CommonMark tokens of ``markdown``, flattened (markdown-it-py is what rich, a dependency, renders with)."""
+    markdown_it = pytest.importorskip("markdown_it")
+    tokens = markdown_it.MarkdownIt("commonmark").parse(markdown)
+    return [*tokens, *(child for token in tokens for child in token.children or [])]
+
+
+def test_a_prompt_holding_a_code_fence_stays_inside_the_cards_block(trained_run: Path, tmp_path: Path) -> None:
+    run = copy_run(trained_run, tmp_path / "run")
+    metrics = json.loads((run / "metrics.json").read_text())
+    metrics["samples"] = [{"prompt": HOSTILE, "seed": 0, "sampled": " and ``` more"}]
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    card = model_card_text(run, "tester/fenced", rebuild_card=True, publish_samples=True)
+    samples = card.split("### Sample outputs")[1].split("## Intended use")[0]
+    tokens = rendered(samples)
+    assert [t.content for t in tokens if t.type == "fence"] == [HOSTILE + " and ``` more\n"]
+    assert [t.content for t in tokens if t.type == "code_inline"] == [repr(HOSTILE).replace("\n", " ")]
+    assert not [t for t in tokens if t.type.startswith(("html", "heading", "link"))]
+
+
+@pytest.mark.parametrize(
+    ("task", "sample", "items"),
+    [("mlm", {"fills": [{"answer": HOSTILE, "top5": ["`", HOSTILE]}]}, 1),
+     ("classification", {"text": HOSTILE, "label": "<b>x</b>", "predicted": "# y", "confidence": 0.5}, 1),
+     ("translation", {"source": HOSTILE, "reference": HOSTILE, "translation": "- [a](b)"}, 3)],
+)  # fmt: skip
+def test_data_quoted_in_a_card_sample_never_becomes_markup(task: str, sample: dict, items: int) -> None:
+    tokens = rendered(get_task(task).sample_markdown(sample))
+    assert not [t for t in tokens if t.type.startswith(("html", "heading", "link", "fence"))]
+    assert sum(t.type == "list_item_open" for t in tokens) == items  # the sample's own list, nothing added
+    text = "".join(t.content for t in tokens if t.type in ("text", "code_inline"))
+    assert "</pre><script>alert(1)</script>" in text and "[link](https://x.invalid)" in text
+
+
+def test_a_push_publishes_no_local_path_and_no_text_of_private_data_unless_asked(
+    trained_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = copy_run(trained_run, tmp_path / "run")
+    record = json.loads((run / "run.json").read_text())
+    record["command"] = ["/home/alice/.venv/bin/hf-vanilla", "train", "--data-files", "train=/home/alice/diary.txt"]
+    record["resumed_from"] = "/home/alice/runs/tiny/checkpoint-1"
+    record["options"]["init_from"] = "/home/alice/models/base"
+    (run / "run.json").write_text(json.dumps(record))
+    (run / "README.md").write_text(build_model_card(run).content)  # the run's own card: names the local folder
+    local = str(trained_run.parent)  # where the run's data files are
+    assert local in (run / "run.json").read_text()
+    prompt = json.loads((run / "metrics.json").read_text())["samples"][0]["prompt"]  # the test file's first words
+    api = FakeHfApi()
+    monkeypatch.setattr(huggingface_hub, "HfApi", lambda token=None: api)
+
+    assert cli.main(["push", str(run), "tester/private-data"]) == 0
+    said = capsys.readouterr().out
+    assert "left out of the card and metrics.json: 1 sample(s) quoting texts of the local files train.txt" in said
+    files = api.files("tester/private-data")
+    texts = {name: files[name].decode() for name in ("run.json", "metrics.json", "README.md")}
+    assert not [name for name, text in texts.items() if local in text or "/home/alice" in text or prompt in text]
+    published = json.loads(texts["run.json"])
+    assert published["command"] == ["hf-vanilla", "train", "--data-files", "train=diary.txt"]
+    assert published["dataset"]["files"] == ["train.txt", "validation.txt", "test.txt"]
+    assert "_Not published: 1 sample(s) quoting texts of the local files" in texts["README.md"]
+    card = ModelCard(texts["README.md"])
+    assert card.data.base_model is None and "Initialised from `base`" in card.text  # a local folder is no repo id
+    assert "/home/alice" in (run / "run.json").read_text()  # the local record keeps them: evaluate reads the data
+
+    assert cli.main(["push", str(run), "tester/private-data", "--publish-samples"]) == 0
+    files = api.files("tester/private-data")
+    assert prompt in files["README.md"].decode() and prompt in files["metrics.json"].decode()
+    assert "/home/alice" not in files["README.md"].decode() + files["run.json"].decode()
+
+
+def test_samples_of_public_corpora_and_of_the_users_own_prompts_are_published() -> None:
+    from hf_vanilla.training.outputs import public_run_files
+
+    metrics = {"samples": [{"prompt": "MACBETH.", "sampled": " hail"}]}
+    for record in ({"task": "clm", "dataset": {"source": "hf_vanilla.corpora", "name": "shakespeare"}},
+                   {"task": "clm", "dataset": {"source": "local files", "files": ["/x/a.txt"]},
+                    "options": {"prompts": ["MACBETH."]}}):  # fmt: skip
+        assert public_run_files(record, metrics)[1] == metrics
+    for record in ({"task": "clm", "dataset": {"source": "datasets", "name": "me/private"}, "options": {}},
+                   {"task": "mlm", "dataset": {"source": "local files", "files": ["/x/a.txt"]},
+                    "options": {"prompts": ["x"]}}):  # fmt: skip
+        assert public_run_files(record, metrics)[1]["samples"] == []
+
+
+def test_a_card_edited_by_hand_that_names_local_paths_or_quotes_private_data_is_refused(
+    trained_run: Path, tmp_path: Path
+) -> None:
+    run = copy_run(trained_run, tmp_path / "run")
+    (run / "README.md").write_text((run / "README.md").read_text() + "\nMy notes.\n")  # local snippet, samples
+    prompt = json.loads((run / "metrics.json").read_text())["samples"][0]["prompt"]
+    api = FakeHfApi()
+    with pytest.raises(ValueError, match=rf"edited by hand.*local paths \({trained_run.resolve()}\).*{prompt}.*--rebuild-card"):
+        push_run(run, "tester/edited", api=api)
+    assert not api.repos
+    push_run(run, "tester/edited", rebuild_card=True, api=api)
+    assert str(trained_run.parent) not in api.files("tester/edited")["README.md"].decode()
