@@ -68,10 +68,11 @@ class Budget:
     eval_samples: int  # validation blocks of the periodic and final evaluations (the scoring here is separate)
 
 
-EXTRAPOLATION = Budget(hidden_size=128, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
-                       block_size=128, batch_size=16, max_steps=500, vocab_size=4096, eval_samples=64)
+# Sized for about 25 minutes each on a 2-core CPU shared with other jobs (one thread: see --threads).
+EXTRAPOLATION = Budget(hidden_size=128, intermediate_size=512, num_hidden_layers=3, num_attention_heads=4,
+                       block_size=64, batch_size=16, max_steps=300, vocab_size=2048, eval_samples=32)
 WARMUP = Budget(hidden_size=128, intermediate_size=512, num_hidden_layers=6, num_attention_heads=4,
-                block_size=64, batch_size=16, max_steps=300, vocab_size=4096, eval_samples=64)
+                block_size=64, batch_size=8, max_steps=150, vocab_size=2048, eval_samples=32)
 TINY = Budget(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
               block_size=8, batch_size=4, max_steps=4, vocab_size=300, eval_samples=4)
 
@@ -333,9 +334,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=Path, default=REPO / "runs" / "experiments",
                         help="where the training runs go (one run directory each)")
     parser.add_argument("--tiny", action="store_true", help="a tiny model for a few steps: seconds, for the tests")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default: torch's); 1 runs several times faster on a crowded CPU")
     parser.add_argument("--data-files", nargs="*", default=[], metavar="[SPLIT=]PATH",
                         help="train and score on local text files instead of Shakespeare")
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     run_experiment(args.experiment, args.out, args.runs, tiny=args.tiny, data_files=tuple(args.data_files))
     return 0
 
