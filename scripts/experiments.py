@@ -72,7 +72,7 @@ class Budget:
 EXTRAPOLATION = Budget(hidden_size=128, intermediate_size=512, num_hidden_layers=3, num_attention_heads=4,
                        block_size=64, batch_size=16, max_steps=300, vocab_size=2048, eval_samples=32)
 WARMUP = Budget(hidden_size=128, intermediate_size=512, num_hidden_layers=6, num_attention_heads=4,
-                block_size=64, batch_size=8, max_steps=150, vocab_size=2048, eval_samples=32)
+                block_size=64, batch_size=8, max_steps=120, vocab_size=2048, eval_samples=32)
 TINY = Budget(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
               block_size=8, batch_size=4, max_steps=4, vocab_size=300, eval_samples=4)
 
@@ -158,13 +158,14 @@ def perplexity_at(model, stream: torch.Tensor, window: int, train_length: int, b
     return math.exp(total / count)
 
 
-def extrapolation(runs: Path, budget: Budget, data_files: list[str]) -> dict[str, Any]:
+def extrapolation(runs: Path, budget: Budget, data_files: list[str], schemes: tuple[str, ...] = SCHEMES
+                  ) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     L, longest = budget.block_size, budget.block_size * LENGTH_FACTORS[-1]
     lengths = [L * f for f in LENGTH_FACTORS]
     rows, stream = {}, None
-    for scheme in SCHEMES:
+    for scheme in schemes:
         # Learned positions get exactly L table entries (a larger table would hold untrained rows); the others
         # are told the longest length, which sizes no parameter (sinusoidal, rope and alibi extend anyway).
         table = L if scheme == "learned" else longest
@@ -222,11 +223,13 @@ def plot_extrapolation(result: dict[str, Any], path: Path) -> None:
 # Warm-up: pre- vs post-norm, with and without warm-up, two learning rates
 
 
-def warmup(runs: Path, budget: Budget, data_files: list[str]) -> dict[str, Any]:
+def warmup(runs: Path, budget: Budget, data_files: list[str],
+           learning_rates: tuple[float, ...] = WARMUP_LEARNING_RATES, norms: tuple[str, ...] = ("pre", "post")
+           ) -> dict[str, Any]:
     warmup_steps = max(1, round(WARMUP_FRACTION * budget.max_steps))
     rows = {}
-    for lr in WARMUP_LEARNING_RATES:
-        for norm in ("pre", "post"):
+    for lr in learning_rates:
+        for norm in norms:
             for steps in (warmup_steps, 0):
                 name = f"{norm}-norm, lr {lr:g}, " + (f"warm-up {steps}" if steps else "no warm-up")
                 options = dict(train_options(budget, data_files, norm_position=norm), learning_rate=lr,
@@ -234,7 +237,7 @@ def warmup(runs: Path, budget: Budget, data_files: list[str]) -> dict[str, Any]:
                 outcome = run_one(runs / f"warmup-{norm}-lr{lr:g}-w{steps}", options)
                 print(f"{name}: {outcome['status']} in {outcome['wall_time_s']} s", flush=True)
                 rows[name] = dict(outcome, norm=norm, learning_rate=lr, warmup_steps=steps)
-    return dict(warmup_steps=warmup_steps, learning_rates=list(WARMUP_LEARNING_RATES), runs=rows)
+    return dict(warmup_steps=warmup_steps, learning_rates=list(learning_rates), runs=rows)
 
 
 def final_training_loss(losses: list[tuple[int, float]], last: int = 5) -> float | None:
@@ -307,13 +310,14 @@ EXPERIMENTS = {
 }
 
 
-def run_experiment(name: str, out: Path, runs: Path, tiny: bool = False, data_files: tuple[str, ...] = ()
-                   ) -> dict[str, Any]:
-    """Run one experiment; write ``out/NAME.png``, ``NAME.md`` and ``NAME.json``; return the record."""
+def run_experiment(name: str, out: Path, runs: Path, tiny: bool = False, data_files: tuple[str, ...] = (),
+                   **grid: Any) -> dict[str, Any]:
+    """Run one experiment; write ``out/NAME.png``, ``NAME.md`` and ``NAME.json``; return the record. ``grid``
+    narrows the experiment (``schemes=`` for extrapolation, ``learning_rates=`` and ``norms=`` for warmup)."""
     measure, table, plot, budget = EXPERIMENTS[name]
     budget = TINY if tiny else budget
     start, where = time.perf_counter(), provenance()
-    result = measure(runs, budget, list(data_files))
+    result = measure(runs, budget, list(data_files), **grid)
     record = dict(experiment=name, tiny=tiny, budget=asdict(budget), **where, **result,
                   load_average_at_end=os.getloadavg(), wall_time_s=round(time.perf_counter() - start, 1),
                   data=list(data_files) or "Shakespeare (hf_vanilla.corpora; test = Macbeth, Much Ado)")
