@@ -141,9 +141,11 @@ def held_out_stream(tokenizer, options: dict[str, Any], span_multiple: int) -> t
 
 
 @torch.no_grad()
-def perplexity_at(model, stream: torch.Tensor, window: int, train_length: int, batch: int = 8) -> float:
+def perplexity_at(model, stream: torch.Tensor, window: int, train_length: int, batch_tokens: int = 8192) -> float:
     """Perplexity over the stream cut into non-overlapping ``window``-token windows, scoring only tokens whose
-    offset is not a multiple of ``train_length`` (the same tokens at every window that is a multiple of it)."""
+    offset is not a multiple of ``train_length`` (the same tokens at every window that is a multiple of it).
+    Windows go through the model ``batch_tokens`` tokens at a time."""
+    batch = max(1, batch_tokens // window)
     windows = stream.view(-1, window)
     offsets = torch.arange(stream.numel()).view(-1, window)[:, 1:]  # targets: every token but each window's first
     scored = offsets % train_length != 0

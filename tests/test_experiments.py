@@ -50,7 +50,7 @@ def test_every_window_length_scores_the_same_tokens():
     # length only if the same targets are scored: the window-first tokens (no context) are left out each time.
     stream = torch.randint(0, 11, (64,), generator=torch.Generator().manual_seed(1))
     model = Bigram(11)
-    scores = [experiments.perplexity_at(model, stream, n, 4, batch=3) for n in (4, 8, 16, 32)]
+    scores = [experiments.perplexity_at(model, stream, n, 4, batch_tokens=24) for n in (4, 8, 16, 32)]
     nll = torch.nn.functional.cross_entropy(model.table[stream[:-1]], stream[1:], reduction="none")
     expected = math.exp(nll[torch.arange(1, 64) % 4 != 0].double().mean().item())
     for score in scores:  # float32 logits: one token more or less would move it by ~1e-2, not 1e-7
