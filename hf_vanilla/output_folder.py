@@ -195,6 +195,10 @@ class OutputFolder:
             done.append(f"put back the files an interrupted --overwrite had moved into {REPLACED}/")
         for work in self.path.glob(f"{FRESH_PREFIX}*"):
             _remove(work)
+        real = self.path.resolve()
+        for old in sorted(real.parent.glob(f".{real.name}.replaced-*")):  # outside the folder: reported, not touched
+            done.append(f"{old} holds the files of a run an interrupted --overwrite of an older hf_vanilla moved "
+                        "aside; it is not this folder's and stays: move what you need back, then delete it")
         return done
 
     def begin(self, *, overwrite: bool) -> bool:
