@@ -193,8 +193,7 @@ class OutputFolder:
         if self.replaced.is_dir():
             self.undo()
             done.append(f"put back the files an interrupted --overwrite had moved into {REPLACED}/")
-        for work in self.path.glob(f"{FRESH_PREFIX}*"):
-            _remove(work)
+        self._remove_work()
         real = self.path.resolve()
         for old in sorted(real.parent.glob(f".{real.name}.replaced-*")):  # outside the folder: reported, not touched
             done.append(f"{old} holds the files of a run an interrupted --overwrite of an older hf_vanilla moved "
@@ -234,6 +233,7 @@ class OutputFolder:
             return
         for path in self.own_files():
             _remove(path)
+        self._remove_work()
         aside = self.replaced
         if not aside.is_dir():
             with contextlib.suppress(FileNotFoundError):
@@ -319,6 +319,10 @@ class OutputFolder:
                 self.undo()
                 raise
             self.commit()
+
+    def _remove_work(self) -> None:
+        for work in self.path.glob(f"{FRESH_PREFIX}*"):
+            _remove(work)
 
     def _write_record(self, files: list[str]) -> None:
         atomic_write_json(self.path / RECORD, {"written_by": "hf_vanilla", "kind": self.kind, "files": files})

@@ -210,6 +210,17 @@ def test_links_inside_the_folder_are_neither_followed_nor_replaced(tmp_path):
     assert (run_dir / "model.safetensors").is_symlink() and secret.read_text() == "private"
 
 
+def test_an_atomic_save_into_a_symlinked_folder_keeps_the_link(tmp_path):
+    from hf_vanilla.checkpoint import save_pretrained_atomic
+
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    link = tmp_path / "model"
+    link.symlink_to(target)
+    save_pretrained_atomic(tiny_model("decoder"), link)
+    assert link.is_symlink() and (target / "model.safetensors").is_file()
+
+
 def test_a_dangling_symlinked_output_dir_is_refused_clearly(tmp_path):
     link = tmp_path / "run"
     link.symlink_to(tmp_path / "nowhere")
