@@ -7,7 +7,8 @@ How it holds:
 
 - A record, ``.hf_vanilla.json`` in the folder, lists the top-level names hf_vanilla wrote there (a name is
   recorded *before* the file is moved in, so a kill never leaves one of ours unrecorded). :func:`own_files` reads
-  it: push, ``--overwrite`` and ``--resume`` all go by this one list. A folder without the record is the user's.
+  it: ``--overwrite``, ``--resume`` and ``convert --overwrite`` go by this one list, and so should anything else
+  that must tell hf_vanilla's files from the user's (a push). A folder without the record is the user's.
 - The folder itself is never renamed, exchanged or deleted while it holds anything: files are staged in a hidden
   folder inside it and moved in one by one (each ``os.replace`` is atomic). So a symlinked ``--output-dir``
   stays a link and the files land in its target, and the user's files beside ours stay where they are.
@@ -90,6 +91,7 @@ class OutputFolder:
         return record is not None and record.get("kind") == self.kind
 
     def own_files(self) -> list[Path]:
+        """See the module's :func:`own_files`."""
         record = self.record() or {"files": []}
         names = {name for name in record["files"] if isinstance(name, str) and _plain_name(name)}
         return sorted(self.path / name for name in names
@@ -110,7 +112,7 @@ class OutputFolder:
         """Refuse, before anything is read or written, a folder this writer may not write: one that holds
         another kind of folder, or anything hf_vanilla did not write (``--overwrite`` replaces only a folder of
         its own kind, and then only its own files; ``--resume`` continues only a folder of its own kind)."""
-        what, command = KINDS[self.kind]
+        what = KINDS[self.kind][0]
         if self.path.is_symlink() and not self.path.exists():
             raise FileNotFoundError(f"{self.path} is a symbolic link to {os.readlink(self.path)}, which does not "
                                     "exist: create that folder, or choose another output folder")

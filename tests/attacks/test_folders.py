@@ -266,7 +266,7 @@ def test_a_killed_overwrite_is_undone_by_the_next_run_and_never_piles_up(corpus,
     for _ in range(2):  # killed twice: still one copy of the old run
         _killed_during_overwrite(run_dir, committed=False)
         with OutputFolder(run_dir).locked() as folder:
-            assert [line.split(" ")[0] for line in folder.recover()] == ["put"]
+            assert folder.recover() == [f"put back the files an interrupted --overwrite had moved into {REPLACED}/"]
         assert snapshot(run_dir) == before
     _killed_during_overwrite(run_dir, committed=False)
 
