@@ -399,9 +399,12 @@ def staged_folder(target: str | os.PathLike[str], keep: Callable[[str], bool] | 
     Files of an existing ``target`` that the block did not write and for which ``keep(name)`` is true are carried
     over (hard links). If the block raises, ``target`` is untouched and the staging folder is removed; a full disk
     is reported as such (:func:`disk_full_error`). ``target`` may be the working directory (or hold it): a process
-    cannot swap away the folder it stands in, so then each file is replaced on its own (each atomically).
+    cannot swap away the folder it stands in, so then each file is replaced on its own (each atomically). A
+    symlinked ``target`` stays a link: the folder it points to is the one replaced.
     """
     target = Path(target).absolute()
+    if target.is_symlink():  # publish where the link points: the link itself is the user's and stays
+        target = target.resolve()
     if target.exists() and not target.is_dir():
         raise NotADirectoryError(f"{target} is a file; a folder is needed here. Choose another path.")
     target.parent.mkdir(parents=True, exist_ok=True)

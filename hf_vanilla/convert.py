@@ -24,6 +24,7 @@ import copy
 import dataclasses
 import json
 import math
+import os
 import shutil
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .checkpoint import PICKLE_SUFFIXES, load_complete, staged_folder
+from .output_folder import OutputFolder
 
 if TYPE_CHECKING:
     import torch
@@ -1148,15 +1150,19 @@ def _copy_side_files(src: Path, out: Path) -> list[str]:
     copied = []
     for path in sorted(src.iterdir()):
         name = path.name
-        if (not path.is_file() or name.startswith(".") or name in _NOT_COPIED_NAMES
+        if (not path.is_file() or path.is_symlink() or name.startswith(".") or name in _NOT_COPIED_NAMES
                 or name.endswith(_NOT_COPIED_SUFFIXES) or (out / name).exists()):
             continue
         shutil.copy2(path, out / name)
         copied.append(name)
     for name in _sentence_transformers_modules(src):  # whole: a Dense module's own weights belong to it
-        shutil.copytree(src / name, out / name)
+        shutil.copytree(src / name, out / name, ignore=_symlinks)  # never a link's target from outside SRC_DIR
         copied.append(name + "/")
     return copied
+
+
+def _symlinks(folder: str, names: list[str]) -> list[str]:
+    return [name for name in names if os.path.islink(os.path.join(folder, name))]
 
 
 def _sentence_transformers_modules(src: Path) -> list[str]:
@@ -1165,7 +1171,8 @@ def _sentence_transformers_modules(src: Path) -> list[str]:
     if not modules.is_file():
         return []
     paths = [str(module.get("path") or "") for module in json.loads(modules.read_text())]
-    return [path for path in paths if path and (src / path).is_dir()]
+    inside = [path for path in paths if path and Path(path).name == path and path not in (".", "..")]  # no ../x
+    return [path for path in inside if (src / path).is_dir() and not (src / path).is_symlink()]
 
 
 def convert_checkpoint(
@@ -1188,15 +1195,21 @@ def convert_checkpoint(
             f"{src} holds a {model_type!r} model, so it converts to {'native' if is_vanilla else 'hf_vanilla'}; "
             f"drop --to-{'vanilla' if is_vanilla else 'native'}."
         )
-    if out.exists() and out.resolve() == src.resolve():
-        raise ValueError("OUT_DIR must differ from SRC_DIR.")
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise FileExistsError(f"{out} is not empty; choose a new directory or pass overwrite=True (--overwrite).")
+    if out.exists() and (out.resolve() == src.resolve() or out.resolve() in src.resolve().parents):
+        raise ValueError(f"OUT_DIR {out} must neither be SRC_DIR nor hold it: choose a new folder for the result.")
+    folder = OutputFolder(out, "conversion")
+    folder.check(overwrite=overwrite)
     source = _load_vanilla(src) if is_vanilla else _load_native(src, model_type)
     target = to_hf(source) if is_vanilla else from_hf(source)
-    with staged_folder(out) as staging:  # OUT_DIR appears complete or not at all
-        target.save_pretrained(staging)
-        copied = _copy_side_files(src, staging)
+    if os.path.lexists(out):  # an empty folder, a link to one, or an earlier conversion: only its own files go
+        with folder.replacing(overwrite=overwrite) as staging:
+            target.save_pretrained(staging)
+            copied = _copy_side_files(src, staging)
+    else:
+        with staged_folder(out) as staging:  # a new OUT_DIR appears complete or not at all
+            target.save_pretrained(staging)
+            copied = _copy_side_files(src, staging)
+            OutputFolder(staging, "conversion").add(path.name for path in staging.iterdir())
     return ConversionReport(type(source).__name__, type(target).__name__, out, copied)
 
 
@@ -1216,11 +1229,12 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument("src_dir", metavar="SRC_DIR", help="checkpoint directory to read (local files only)")
-    parser.add_argument("out_dir", metavar="OUT_DIR", help="directory to write (new or empty)")
+    parser.add_argument("out_dir", metavar="OUT_DIR", help="directory to write (new, empty, or an earlier conversion)")
     direction = parser.add_mutually_exclusive_group()
     direction.add_argument("--to-native", action="store_true", help="require SRC_DIR to be an hf_vanilla checkpoint")
     direction.add_argument("--to-vanilla", action="store_true", help="require SRC_DIR to be a native checkpoint")
-    parser.add_argument("--overwrite", action="store_true", help="write into a non-empty OUT_DIR")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier conversion in OUT_DIR (only the files convert wrote there)")
     parser.set_defaults(func=_run_cli)
 
 

@@ -3,6 +3,7 @@
 
     python scripts/main_job.py                      # -> runs/main-shakespeare/
     python scripts/main_job.py --output-dir DIR --max-steps 1000 --time-limit 120
+    python scripts/main_job.py --overwrite          # run it again (replaces only the previous run's own files)
 
 What it does, end to end:
 
@@ -37,6 +38,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import hf_vanilla  # noqa: F401  (registers the Auto classes)
+from hf_vanilla.output_folder import OutputFolder
 from hf_vanilla.training import train
 from hf_vanilla.training.outputs import stop_line
 
@@ -52,10 +54,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="minutes of training at most (a safety net; a run it cuts short says STOPPED EARLY)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start again in --output-dir (files hf_vanilla did not write there stay)")
     args = parser.parse_args(argv)
 
     t0 = time.perf_counter()
-    result = train(
+    try:
+        result = run_job(args)
+    except FileExistsError as error:  # the folder holds a run (or the user's files): one line, not a traceback
+        print(f"main_job: {error}", file=sys.stderr)
+        return 2
+    return report(result, t0)
+
+
+def run_job(args: argparse.Namespace):
+    """The training run, every value of the README's job."""
+    return train(
         "clm",
         args.output_dir,
         preset="small",  # d_model 256, 4 layers, 4 heads, d_ff 1024; the paper's block otherwise
@@ -78,11 +92,13 @@ def main(argv: list[str] | None = None) -> int:
         max_new_tokens=80,
         seed=args.seed,
         resume=args.resume,
-        overwrite=not args.resume,
+        overwrite=args.overwrite,
     )
-    run_dir = Path(result.run_dir)
 
-    # Reload exactly as a user would, from the run directory, and generate.
+
+def report(result, t0: float) -> int:
+    """Reload the run exactly as a user would, generate, and print the summary and the job's last line."""
+    run_dir = Path(result.run_dir)
     model = AutoModelForCausalLM.from_pretrained(run_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(run_dir)
     print("\n=== generations from the reloaded model (top-k 50, temperature 0.8) ===")
@@ -114,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         "model_card": str(run_dir / "README.md"),
         "curves": str(run_dir / "curves.png"),
     }
+    OutputFolder(run_dir).add(["main_job.json"])  # the run's own file: --overwrite replaces it with the run
     (run_dir / "main_job.json").write_text(json.dumps(dict(summary, generations=generations), indent=1) + "\n")
     print("=== summary ===")
     print(json.dumps(summary, indent=1))

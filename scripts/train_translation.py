@@ -3,8 +3,9 @@
 
     python scripts/train_translation.py                    # 60 minutes on a 2-core CPU -> runs/translation
     python scripts/train_translation.py --gpu              # the same recipe on a GPU: bf16 autocast, SDPA
-    python scripts/train_translation.py --dry-run          # a tiny budget: checks the pipeline end to end
+    python scripts/train_translation.py --dry-run          # a tiny budget, into a new temporary folder
     python scripts/train_translation.py --resume           # continue (or, at --max-steps, only evaluate) a run
+    python scripts/train_translation.py --overwrite        # start again (replaces only the run's own files)
 
 The model is the paper's (sinusoidal positions, ReLU FFN, one BPE vocabulary shared by both languages and
 tied to the output layer, label smoothing 0.1, Adam(0.9, 0.98, 1e-9), linear warm-up then the inverse square
@@ -22,6 +23,7 @@ import argparse
 import json
 import shlex
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -82,13 +84,16 @@ def command_line(options: dict[str, Any], output_dir: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output-dir", default="runs/translation")
+    parser.add_argument("--output-dir", help="the run folder (default: runs/translation; with --dry-run a new "
+                        "temporary folder, so a check never touches a real run)")
     parser.add_argument("--gpu", action="store_true", help="bf16 autocast and SDPA (on a CUDA machine)")
     parser.add_argument("--dry-run", action="store_true", help="a tiny budget that checks the pipeline")
     parser.add_argument("--time-limit", type=float, help="minutes of training (default: the recipe's 60)")
     parser.add_argument("--max-steps", type=int, help="optimizer steps at most (default: the recipe's 6000)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --output-dir from its newest checkpoint (at --max-steps: evaluate only)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start the run in --output-dir again (files hf_vanilla did not write there stay)")
     parser.add_argument("--data-files", nargs="+", default=[], metavar="[SPLIT=]PATH",
                         help="local en/es pairs (.jsonl) instead of the Bible")
     parser.add_argument("--print-command", action="store_true", help="print the hf-vanilla train command and exit")
@@ -100,14 +105,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_steps is not None:
         overrides["max_steps"] = args.max_steps
     options = recipe_options(gpu=args.gpu, dry_run=args.dry_run, **overrides)
+    output_dir = args.output_dir or ("runs/translation" if not args.dry_run else "RUN_DIR")
     if args.print_command:
-        print(command_line(options, args.output_dir))
+        print(command_line(options, output_dir))
         return 0
+    if args.output_dir is None and args.dry_run:
+        output_dir = tempfile.mkdtemp(prefix="hf_vanilla-translation-dry-run-")
+        print(f"dry run: writing to {output_dir}")
 
     from hf_vanilla.training import train
 
-    run = {"resume": True} if args.resume else {"overwrite": True}
-    result = train("translation", args.output_dir, **run, **options)
+    try:
+        result = train("translation", output_dir, resume=args.resume, overwrite=args.overwrite, **options)
+    except FileExistsError as error:  # a folder it may not write: say so in one line
+        print(f"train_translation: {error}", file=sys.stderr)
+        return 2
     metrics, baseline = result.metrics, result.baseline
     print(f"test BLEU {metrics['test_bleu']:.2f}, chrF {metrics['test_chrf']:.2f} on {metrics['test_sentences']} "
           f"sentences of held-out books (copying the source: BLEU {baseline['test_bleu']:.2f}, chrF "

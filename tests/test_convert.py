@@ -392,7 +392,7 @@ def test_cli_round_trip_carries_tokenizer_and_generation_config(tmp_path, capsys
     # The direction is checked, and a non-empty OUT_DIR is never written into by accident.
     assert cli.main(["convert", str(source), str(tmp_path / "x"), "--to-native"]) == 1
     assert cli.main(["convert", str(source), str(converted)]) == 1
-    assert "not empty" in capsys.readouterr().err
+    assert "already holds a converted model: pass --overwrite" in capsys.readouterr().err
 
 
 # Architectures whose converted model rounds exactly where the native one does in bfloat16. GPT-2 and Marian/BART

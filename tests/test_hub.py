@@ -72,7 +72,7 @@ def test_a_push_uploads_only_what_loading_needs_and_names_what_it_left(
     assert files["model.safetensors"] == (run / "model.safetensors").read_bytes()
     assert not [name for name, content in files.items() if b"SECRET" in content]
     assert result.skipped == sorted([
-        *SECRETS, "checkpoint-1/", "checkpoint-2/", "extra/", "notes.txt", "trainer_state.json",
+        *SECRETS, ".hf_vanilla.json", "checkpoint-1/", "checkpoint-2/", "extra/", "notes.txt", "trainer_state.json",
         "training_args.bin",
     ])  # fmt: skip
     assert len(api.repos["tester/tiny-clm"].commits) == 2  # the repo's initial commit and ONE push

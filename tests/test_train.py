@@ -498,7 +498,7 @@ def test_overwrite_refuses_a_folder_that_is_not_a_run(corpus, tmp_path):
     precious = tmp_path / "mine"
     precious.mkdir()
     (precious / "thesis.tex").write_text("years of work")
-    with pytest.raises(FileExistsError, match="not an hf_vanilla run"):
+    with pytest.raises(FileExistsError, match=r"not a training run hf_vanilla wrote: .*\(thesis.tex\)"):
         T.train("clm", precious, **dict(TINY, data_files=text_files(corpus), overwrite=True))
     assert _snapshot(precious) == {"thesis.tex": b"years of work"}
 
@@ -567,10 +567,15 @@ def test_resume_skips_a_damaged_newest_checkpoint(reference_run, tmp_path, caplo
 def test_resume_after_a_kill_while_the_tokenizer_was_written(reference_run, tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    shutil.copy(reference_run[0] / "run.json", run_dir / "run.json")
+    for name in ("run.json", ".hf_vanilla.json"):
+        shutil.copy(reference_run[0] / name, run_dir / name)
     (run_dir / "tokenizer.json").write_text('{"version": "1.0", "trunc')  # torn, no checkpoint yet
+    work = run_dir / ".hf_vanilla-fresh-PreTrainedTokenizerFast"  # the save's work folder, left by the kill
+    work.mkdir()
+    (work / "tokenizer.json").write_text('{"version": "1.0", "trunc')
     result = T.train("clm", run_dir, **dict(reference_run[1], resume=True))
     assert result.global_step == 9 and losses(run_dir) == losses(reference_run[0])
+    assert not work.exists()
 
 
 def test_saved_run_loads_as_a_user_expects(reference_run):
@@ -592,14 +597,15 @@ def test_no_lock_file_is_left_beside_a_finished_run(reference_run):
 def test_run_lock_refuses_a_live_holder_and_not_a_dead_ones_file(tmp_path):
     """filelock (portable) keeps fcntl's semantics: held means refused, naming the holder; a file left by a killed
     process does not block; the lock file goes with the lock."""
-    from hf_vanilla.training import rundir
+    from hf_vanilla.output_folder import LOCK, OutputFolder
 
     run_dir = tmp_path / "run"
-    path = rundir.lock_path(run_dir)
+    run_dir.mkdir()
+    path = run_dir / LOCK
     path.write_text("999999\n")  # left by a killed process: nobody holds it
-    with rundir.locked(run_dir):
+    with OutputFolder(run_dir).locked():
         assert path.read_text() == f"{os.getpid()}\n"
-        with pytest.raises(T.RunDirectoryBusyError, match=f"pid {os.getpid()}"), rundir.locked(run_dir):
+        with pytest.raises(T.RunDirectoryBusyError, match=f"pid {os.getpid()}"), OutputFolder(run_dir).locked():
             pass
     assert not path.exists()
 

@@ -13,12 +13,15 @@ FSDP / DeepSpeed with no code change) and leaves a self-contained run directory:
       curves.png      training / validation loss curves
       README.md       model card (hf_vanilla.card.build_model_card)
       checkpoint-N/   atomic Trainer checkpoints (resume with resume=True / --resume)
+      .hf_vanilla.json  the names of the files above: hf_vanilla replaces only these (--overwrite), and
+                      other files in the folder stay (hf_vanilla.output_folder)
 
 The package, in reading order: :mod:`.options` (what a run can be told), :mod:`.tasks` (one module per
 task: data, tokenizer, preprocessing, collator, metrics, baseline, samples, card text),
-:mod:`.sources` (where the text comes from), :mod:`.rundir` (the run directory: checks, lock,
-replacement), :mod:`.trainer` and :mod:`.callbacks` (atomic checkpoints, NaN guard, time limit,
-Ctrl-C), :mod:`.run` (the run, top to bottom), :mod:`.outputs` (records, curves, card), :mod:`.cli`.
+:mod:`.sources` (where the text comes from), :mod:`.rundir` (run.json, the run's record),
+:mod:`.trainer` and :mod:`.callbacks` (atomic checkpoints, NaN guard, time limit, Ctrl-C), :mod:`.run`
+(the run, top to bottom), :mod:`.outputs` (records, curves, card), :mod:`.cli`; the run folder's files,
+lock and replacement: :mod:`hf_vanilla.output_folder`.
 
 Guarantees the tests check: the loss is normalised by ``num_items_in_batch`` (gradient accumulation
 and DDP match one big batch); the same seed gives bitwise-identical losses on CPU; a run killed after a

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
-import shutil
 import signal
 import threading
 import time
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from transformers import TrainerCallback
+
+if TYPE_CHECKING:
+    from ..output_folder import OutputFolder
 
 logger = logging.getLogger(__name__)
 
@@ -145,12 +147,13 @@ class StopOnInterrupt(TrainerCallback):
             self._previous = None
 
 
-class DiscardReplacedRun(TrainerCallback):
-    """``--overwrite``: delete the old run (moved aside) once the new run has saved its first checkpoint."""
+class KeepOnFirstSave(TrainerCallback):
+    """The run has saved its first checkpoint: from now on it stays whatever happens, and an old run it replaces
+    (``--overwrite`` moved its files aside) goes for good."""
 
-    def __init__(self, aside: Path) -> None:
-        self.aside = aside
+    def __init__(self, folder: OutputFolder) -> None:
+        self.folder = folder
 
     def on_save(self, args, state, control, **kwargs):
-        if state.is_world_process_zero and self.aside.exists():
-            shutil.rmtree(self.aside)
+        if state.is_world_process_zero:
+            self.folder.commit()

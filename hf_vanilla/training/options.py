@@ -140,7 +140,8 @@ class TrainOptions:
         "continue the run: from its newest good checkpoint (--resume) or from CHECKPOINT (--resume CHECKPOINT); "
         "in Python resume=True or a path", nargs="?", const="latest", metavar="CHECKPOINT"))
     overwrite: bool = field(default=False, metadata=_opt(
-        "replace an existing run directory (only an hf_vanilla run, and only once the new run has checkpointed)"))
+        "start the run in --output-dir again: replaces only the files the old run wrote (others stay), once the new "
+        "run has checkpointed"))
 
     def resolved(self, task: Task) -> TrainOptions:
         """A copy with the task's defaults filled in, the recipe expanded and the config overrides as a dict."""

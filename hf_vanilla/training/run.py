@@ -11,14 +11,14 @@ import contextlib
 import logging
 import math
 import os
-import shutil
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..checkpoint import clear_disk_errors, ensure_code_files, make_shareable, save_pretrained_atomic
+from ..checkpoint import clear_disk_errors, ensure_code_files
+from ..output_folder import OutputFolder
 from . import rundir
 from .options import SIZE_PRESETS, TrainOptions, make_options
 from .tasks import Task, get_task
@@ -75,6 +75,8 @@ def train(task: str, output_dir: str | os.PathLike[str], *, callbacks: Sequence[
             final checkpoint is kept. run.json then says ``interrupted`` and ``resume=True`` goes on (after
             training it evaluates and writes the outputs without training further).
         RunDirectoryBusyError: another process is writing ``output_dir``.
+        FileExistsError: ``output_dir`` holds files hf_vanilla did not write (``--overwrite`` and ``--resume``
+            touch only a run's own files: see :mod:`hf_vanilla.output_folder`).
         hf_vanilla.corpora.CorpusUnavailableError: the default corpus is neither cached nor fetchable.
     """
     task_ = get_task(task)
@@ -92,9 +94,13 @@ def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list) ->
     use_cpu = opts.use_cpu or not has_accelerator()
     state = PartialState(cpu=use_cpu)
     is_main = state.is_main_process
+    folder = OutputFolder(run_dir, "run")
     if is_main:
-        rundir.check_output_dir(run_dir, opts.resume, opts.overwrite)
-    with rundir.locked(run_dir, enabled=is_main), contextlib.ExitStack() as undo:
+        folder.check(overwrite=opts.overwrite, resume=bool(opts.resume))
+    with folder.locked(enabled=is_main), contextlib.ExitStack() as undo:
+        if is_main:
+            for line in folder.recover():
+                logger.warning("%s: %s", run_dir, line)
         resume_from = resume_checkpoint(run_dir, opts, is_main)
         with ctrl_c_ends_the_run(run_dir, is_main, BEFORE_TRAINING, resumed_from=resume_from):
             with state.main_process_first():  # the main process trains the tokenizer and fills the caches
@@ -106,17 +112,16 @@ def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list) ->
                 model = build_model(task, tokenizer, raw, opts)
                 tokenizer.model_max_length = model.config.max_position_embeddings  # the model's reach, not a block's
                 use_cache = model.config.use_cache  # the Trainer turns the cache off for training; the saved model keeps it
-                aside = None
                 if is_main:  # everything is checked: only now the output directory is touched
-                    aside = prepare_output_dir(run_dir, opts, undo)
+                    prepare_output_dir(folder, opts, undo)
                     with clear_disk_errors(run_dir):
-                        save_pretrained_atomic(tokenizer, run_dir)
+                        folder.save(tokenizer)
                 data = task.tokenize(raw, tokenizer, opts)
             description.update(examples={split: len(ds) for split, ds in data.items()},
                                example_unit=task.example_unit(opts))
             total_steps = plan_steps(len(data["train"]), opts, state.num_processes)
             args = training_arguments(task, run_dir, opts, total_steps, model.config.hidden_size, use_cpu)
-            callbacks = RunCallbacks.make(opts, aside, extra_callbacks)
+            callbacks = RunCallbacks.make(opts, folder, extra_callbacks)
             trainer = make_trainer(task, model, args, tokenizer, data, opts, callbacks.all())
             distributed_type = str(trainer.accelerator.distributed_type.value)
             record = dict(description=description, tokenizer=tokenizer, model=model, args=args,
@@ -125,13 +130,14 @@ def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list) ->
                 warn_if_fsdp_dropped(distributed_type)
                 from .outputs import run_record, write_run_record
 
-                write_run_record(run_dir, run_record(task, opts, status="running", **record))
+                with folder.recording():
+                    write_run_record(run_dir, run_record(task, opts, status="running", **record))
         with ctrl_c_ends_the_run(run_dir, is_main, DURING_TRAINING):
             train_seconds = fit(trainer, resume_from, total_steps, callbacks.interrupt)
             undo.pop_all()  # the new run has checkpointed (or finished): the old one is gone for good
             check_stopped(run_dir, trainer, callbacks, opts, is_main)
         with ctrl_c_ends_the_run(run_dir, is_main, AFTER_TRAINING, max_steps=total_steps):
-            result = finish(task, run_dir, opts, trainer, raw, data, tokenizer, callbacks, record,
+            result = finish(task, folder, opts, trainer, raw, data, tokenizer, callbacks, record,
                             t_start=t_start, train_seconds=train_seconds, is_main=is_main, use_cache=use_cache)
     state.wait_for_everyone()
     return result
@@ -221,20 +227,21 @@ def build_config(task: Task, tokenizer, raw, opts: TrainOptions):
     return VanillaConfig(**preset_fields(opts.preset, fields))
 
 
-def prepare_output_dir(run_dir: Path, opts: TrainOptions, undo: contextlib.ExitStack) -> Path | None:
-    """Create the run directory. A new run that fails (or is interrupted) before its first checkpoint leaves
-    the directory as it found it (``undo``): absent, empty, or holding the old run --overwrite moved aside.
-    Returns where the old run went."""
-    if opts.resume:  # the run's own directory: its checkpoints stay whatever happens
-        run_dir.mkdir(parents=True, exist_ok=True)
-        return None
-    existed = run_dir.is_dir()
-    aside = rundir.set_aside(run_dir) if opts.overwrite else None
-    undo.callback(rundir.restore, run_dir, aside, existed)
-    if aside is not None:
-        logger.warning("--overwrite: the old run is kept in %s until the new run saves its first checkpoint", aside)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return aside
+def prepare_output_dir(folder: OutputFolder, opts: TrainOptions, undo: contextlib.ExitStack) -> None:
+    """Claim the run folder. A new run that fails (or is interrupted) before its first checkpoint leaves the
+    folder as it found it (``undo``): absent, empty, or holding the old run, whose own files --overwrite moved
+    aside. Files hf_vanilla did not write stay where they are."""
+    if opts.resume:  # the run's own folder: its checkpoints stay whatever happens
+        folder.begin(overwrite=False)
+        return
+    undo.callback(folder.undo)
+    if folder.begin(overwrite=opts.overwrite):
+        logger.warning("--overwrite: the old run is kept in %s until the new run saves its first checkpoint",
+                       folder.replaced)
+    kept = folder.foreign_files()
+    if kept:
+        logger.warning("%s: keeping %d file(s) hf_vanilla did not write: %s", folder.path, len(kept),
+                       ", ".join(path.name for path in kept))
 
 
 def plan_steps(n_train: int, opts: TrainOptions, world_size: int) -> int:
@@ -308,19 +315,19 @@ class RunCallbacks:
     timer: Any
     interrupt: Any
     time_limit: Any | None
-    replaced: Any | None
+    keep: Any
     extra: list
 
     @classmethod
-    def make(cls, opts: TrainOptions, aside: Path | None, extra: list) -> RunCallbacks:
-        from .callbacks import DiscardReplacedRun, NonFiniteLossGuard, StepTimer, StopOnInterrupt, TimeLimit
+    def make(cls, opts: TrainOptions, folder: OutputFolder, extra: list) -> RunCallbacks:
+        from .callbacks import KeepOnFirstSave, NonFiniteLossGuard, StepTimer, StopOnInterrupt, TimeLimit
 
         return cls(NonFiniteLossGuard(), StepTimer(), StopOnInterrupt(),
                    TimeLimit(opts.time_limit_minutes) if opts.time_limit_minutes else None,
-                   DiscardReplacedRun(aside) if aside is not None else None, list(extra))
+                   KeepOnFirstSave(folder), list(extra))
 
     def all(self) -> list:
-        return [c for c in (self.guard, self.timer, self.interrupt, self.time_limit, self.replaced, *self.extra)
+        return [c for c in (self.guard, self.timer, self.interrupt, self.time_limit, self.keep, *self.extra)
                 if c is not None]
 
 
@@ -420,7 +427,7 @@ def interrupted(run_dir: Path, is_main: bool, stage: str, last: str | None,
         return TrainingInterruptedError(f"interrupted {stage}: nothing was trained (no checkpoint was saved). To "
                                         "start again, run the same command.", None)
     step = checkpoint_step(Path(last))
-    if is_main and rundir.is_run_dir(run_dir):
+    if is_main and rundir.is_run_dir(run_dir) and OutputFolder(run_dir, "run").is_ours():
         rundir.update_status(run_dir, "interrupted", interrupted_at_step=step, last_checkpoint=last)
     if stage != AFTER_TRAINING:
         how = "To continue, run the same command with --resume (in Python: resume=True)."
@@ -433,11 +440,13 @@ def interrupted(run_dir: Path, is_main: bool, stage: str, last: str | None,
     return TrainingInterruptedError(f"interrupted {stage}; {where} is in {last} (step {step}). {how}", last)
 
 
-def finish(task: Task, run_dir: Path, opts: TrainOptions, trainer, raw, data, tokenizer, callbacks: RunCallbacks,
-           record: dict, *, t_start: float, train_seconds: float, is_main: bool, use_cache: bool) -> RunResult:
+def finish(task: Task, folder: OutputFolder, opts: TrainOptions, trainer, raw, data, tokenizer,
+           callbacks: RunCallbacks, record: dict, *, t_start: float, train_seconds: float, is_main: bool,
+           use_cache: bool) -> RunResult:
     """Evaluate, sample, save the model and write the run's records, curves and card."""
     from .outputs import completion, median_step_time, run_record, stop_line, timing, write_outputs
 
+    run_dir = folder.path
     averaging = average_checkpoints(task, run_dir, opts, trainer, data)
     evaluation = task.evaluate(trainer, data, tokenizer, opts)
     if averaging is not None:
@@ -450,8 +459,9 @@ def finish(task: Task, run_dir: Path, opts: TrainOptions, trainer, raw, data, to
         with torch.no_grad():
             samples = task.samples(model, tokenizer, raw, data, evaluation, opts)
     model.config.use_cache = use_cache
-    save_final_model(trainer, run_dir, is_main)
-    trainer.save_state()
+    save_final_model(trainer, folder, is_main)
+    with recorded(folder, is_main):
+        trainer.save_state()
     durations = callbacks.timer.durations
     stopped_at = callbacks.time_limit.stopped_at if callbacks.time_limit else None
     done = completion(planned_steps=trainer.args.max_steps, completed_steps=trainer.state.global_step,
@@ -466,9 +476,10 @@ def finish(task: Task, run_dir: Path, opts: TrainOptions, trainer, raw, data, to
         timings = timing(task, opts, wall_time_s=result.wall_time_s, train_time_s=train_seconds,
                          steps=result.global_step, durations=durations, world=record["world"],
                          stopped_by_time_limit_at=stopped_at)
-        write_outputs(run_dir, task, metrics=result.metrics, baseline=result.baseline, samples=samples,
-                      timings=timings, done=done, record=run_record(task, opts, status="completed", **record),
-                      log_history=result.log_history)
+        with folder.recording():
+            write_outputs(run_dir, task, metrics=result.metrics, baseline=result.baseline, samples=samples,
+                          timings=timings, done=done, record=run_record(task, opts, status="completed", **record),
+                          log_history=result.log_history)
     return result
 
 
@@ -483,23 +494,19 @@ def average_checkpoints(task: Task, run_dir: Path, opts: TrainOptions, trainer, 
     return average_if_better(trainer, run_dir, opts.average_checkpoints, data["validation"], metric, higher_is_better)
 
 
-def save_final_model(trainer, run_dir: Path, is_main: bool) -> None:
-    """Save the trained model into a fresh folder, then move its files into the run directory (each
-    atomically). Saving straight into the run directory would make ``save_pretrained`` carry every
-    neighbour (checkpoints included) through its staging folder; a fresh folder avoids that."""
-    fresh = run_dir / ".final-model"
-    if is_main:
-        shutil.rmtree(fresh, ignore_errors=True)
+def save_final_model(trainer, folder: OutputFolder, is_main: bool) -> None:
+    """Save the trained model into a fresh folder, then move its files into the run folder (each atomically).
+    Saving straight into the run folder would mix the save with the checkpoints and the user's files."""
+    fresh = folder.fresh("final-model", create=is_main)
     trainer.accelerator.wait_for_everyone()
     with clear_disk_errors(fresh):
         trainer.save_model(str(fresh))  # every process: FSDP / DeepSpeed gather the weights collectively
     if is_main:
         ensure_code_files(fresh)
-        make_shareable(fresh)
-        for path in fresh.iterdir():
-            target = run_dir / path.name
-            if target.is_dir():
-                shutil.rmtree(target)
-            os.replace(path, target)
-        shutil.rmtree(fresh, ignore_errors=True)
+        folder.publish(fresh)
     trainer.accelerator.wait_for_everyone()
+
+
+def recorded(folder: OutputFolder, is_main: bool) -> contextlib.AbstractContextManager:
+    """Record what the block writes into the run folder (the main process writes; the others only take part)."""
+    return folder.recording() if is_main else contextlib.nullcontext()

@@ -17,6 +17,7 @@ from ..checkpoint import (
     make_shareable,
     remove_stale_staging,
 )
+from ..output_folder import OutputFolder
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +77,7 @@ def trainer_classes() -> tuple[type, type]:
             ensure_code_files(staged)
             make_shareable(staged)
             fsync_tree(staged)
+            OutputFolder(final.parent, "run").add([final.name])  # recorded first: a kill never leaves it unrecorded
             if final.exists():  # same step saved before (a resumed run re-saving): replace it
                 shutil.rmtree(final)
             os.replace(staged, final)
