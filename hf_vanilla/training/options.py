@@ -9,10 +9,12 @@ neither torch nor transformers' models, so ``hf-vanilla --help`` stays fast.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
@@ -228,6 +230,24 @@ def check_attention_kernel(opts: TrainOptions, use_cpu: bool) -> None:
     if opts.attn_implementation == "flex_attention" and use_cpu:
         raise ValueError(f"{flag('attn_implementation')} flex_attention trains only on an accelerator (PyTorch's "
                          "flex attention cannot run its backward pass on the CPU); on the CPU use sdpa or eager")
+
+
+def check_init_from(init_from: str | None) -> None:
+    """``--init-from`` must be a local folder holding an hf_vanilla model (a native one is converted first)."""
+    if init_from is None:
+        return
+    folder = Path(init_from)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"--init-from {init_from}: no such folder; give a folder written by save_pretrained "
+                                "or a training run")
+    try:
+        model_type = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError) as error:
+        raise ValueError(f"--init-from {init_from}: {folder / 'config.json'} is missing or unreadable ({error}); give "
+                         "a folder written by save_pretrained or a training run") from None
+    if model_type != "vanilla":
+        raise ValueError(f"--init-from {init_from} holds a {model_type!r} model, not an hf_vanilla one: convert it "
+                         f"first (hf-vanilla convert {init_from} CONVERTED_DIR), then --init-from CONVERTED_DIR")
 
 
 def check_averaging(opts: TrainOptions) -> None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..checkpoint import clear_disk_errors, ensure_code_files, make_shareable, save_pretrained_atomic
 from . import rundir
-from .options import SIZE_PRESETS, TrainOptions, check_attention_kernel, make_options
+from .options import SIZE_PRESETS, TrainOptions, check_attention_kernel, check_init_from, make_options
 from .tasks import Task, get_task
 
 if TYPE_CHECKING:
@@ -91,6 +91,7 @@ def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list) ->
     # unconnected single-process runs instead of one gloo DDP run.
     use_cpu = opts.use_cpu or not has_accelerator()
     check_attention_kernel(opts, use_cpu)
+    check_init_from(opts.init_from)
     state = PartialState(cpu=use_cpu)
     is_main = state.is_main_process
     if is_main:

@@ -54,3 +54,79 @@ def test_string_columns_are_checked_beyond_the_text_column(tmp_path: Path) -> No
     with pytest.raises(ValueError, match=r"pairs\.jsonl line 2: 'es' is 2 \(int\), not text"):
         corpora.load_local_files(tmp_path / "pairs.jsonl", text_column=None, string_columns=["en", "es"],
                                  cache_dir=tmp_path / "c")
+
+
+# -- folders given as models, checkpoints to resume from -----------------------------------------------------------
+
+
+def test_init_from_a_missing_folder_or_a_native_model_says_what_to_do(tmp_path: Path) -> None:
+    from hf_vanilla.training import train
+
+    with pytest.raises(FileNotFoundError, match=r"--init-from .*nowhere: no such folder"):
+        train("clm", tmp_path / "run", init_from=str(tmp_path / "nowhere"), use_cpu=True)
+    llama = tmp_path / "llama"
+    llama.mkdir()
+    (llama / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 8}))
+    with pytest.raises(ValueError, match=r"holds a 'llama' model, not an hf_vanilla one: convert it first "
+                                         r"\(hf-vanilla convert .*llama CONVERTED_DIR\)"):
+        train("clm", tmp_path / "run", init_from=str(llama), use_cpu=True)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_newest_checkpoint_without_its_tokenizer_is_skipped_for_the_previous_one(tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    from hf_vanilla.training.trainer import find_resume_checkpoint
+
+    for step, tokenizer in ((2, "{}"), (4, None), (6, '{"trunc')):
+        checkpoint = tmp_path / f"checkpoint-{step}"
+        checkpoint.mkdir()
+        (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+        save_file({"w": torch.zeros(2)}, str(checkpoint / "model.safetensors"))
+        if tokenizer is not None:
+            (checkpoint / "tokenizer.json").write_text(tokenizer)
+    assert find_resume_checkpoint(tmp_path, "latest", clean=False) == tmp_path / "checkpoint-2"
+    with pytest.raises(ValueError, match=r"cannot resume from .*checkpoint-4: .*tokenizer\.json is unreadable"):
+        find_resume_checkpoint(tmp_path, str(tmp_path / "checkpoint-4"))
+
+
+# -- convert ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("quantization", [{"quant_method": "bitsandbytes", "load_in_4bit": True},
+                                          {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}])
+def test_convert_refuses_a_quantised_checkpoint(tmp_path: Path, quantization: dict) -> None:
+    from hf_vanilla.convert import convert_checkpoint
+    from tests.factories import tiny_model
+
+    model = tiny_model("decoder", "rope")
+    model.save_pretrained(tmp_path / "src")
+    config = json.loads((tmp_path / "src" / "config.json").read_text())
+    (tmp_path / "src" / "config.json").write_text(json.dumps({**config, "model_type": "llama",
+                                                              "quantization_config": quantization}))
+    with pytest.raises(ValueError, match=rf"holds a quantised checkpoint .*'{quantization['quant_method']}'.*convert "
+                                         r"the unquantised checkpoint"):
+        convert_checkpoint(tmp_path / "src", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+# -- the command line ------------------------------------------------------------------------------------------
+
+
+def test_ctrl_c_while_a_command_imports_is_one_line_and_exit_130(monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib
+
+    from hf_vanilla import cli
+
+    def ctrl_c(name: str, *args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib, "import_module", ctrl_c)
+    try:
+        status = cli.main(["convert", "src", "out"])
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped hf-vanilla's entry point as a traceback")
+    assert status == 130
+    assert capsys.readouterr().err == "hf-vanilla: interrupted (Ctrl-C)\n"
