@@ -248,7 +248,8 @@ class ALiBiPositions(PositionalScheme):
             distance = (keys - (torch.arange(query_length, device=device, dtype=torch.float32)[:, None] +
                                 query_offset)).abs_()
         bias = torch.empty((len(self.slopes), *distance.shape), device=device, dtype=dtype)
-        torch.mul(-self.slopes[:, None, None], distance, out=bias)  # float32 products, each rounded once to dtype
+        for head, slope in enumerate(-self.slopes):  # float32 products rounded once to dtype, one head's at a time
+            torch.mul(distance, slope, out=bias[head])
         return PositionalAttentionInputs(bias=bias[None].expand(batch, -1, query_length, -1))
 
 
