@@ -48,7 +48,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    """Run ``hf-vanilla ARGV``; Ctrl-C anywhere (while the libraries import, too) ends it in one line, exit 130."""
+    try:
+        return dispatch(sys.argv[1:] if argv is None else list(argv))
+    except KeyboardInterrupt:
+        print("hf-vanilla: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
+
+
+def dispatch(argv: list[str]) -> int:
     command = argv[0] if argv and argv[0] in COMMANDS else None
     if command is not None:
         module = importlib.import_module(COMMANDS[command][0])

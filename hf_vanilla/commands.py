@@ -40,6 +40,9 @@ def add_attention(subparsers: argparse._SubParsersAction) -> None:
                            help="which self-attention of an encoder-decoder (default: encoder)")
     attention.add_argument("--target", help="decoder text of an encoder-decoder (default: the model's greedy output)")
     attention.add_argument("--max-new-tokens", type=int, default=32, help="length of that greedy output")
+    attention.add_argument("--max-tokens", type=int, metavar="N",
+                           help="draw only the first N tokens of the text (and of --target); a text whose maps "
+                           "would not fit in half the free memory is refused with the N that fits")
     attention.set_defaults(func=_later("hf_vanilla.viz", "run_attention"))
 
 

@@ -1089,9 +1089,16 @@ def _read_model_type(src: Path) -> str:
     config_file = src / "config.json"
     if not config_file.is_file():
         raise FileNotFoundError(f"{config_file} not found: SRC_DIR must be a checkpoint directory (save_pretrained).")
-    model_type = json.loads(config_file.read_text()).get("model_type")
+    config = json.loads(config_file.read_text())
+    model_type = config.get("model_type")
     if not model_type:
         raise ValueError(f"{config_file} names no model_type.")
+    quantization = config.get("quantization_config")
+    if quantization:  # quantised weights are not the model's: they would need a quantiser, or lose the scales
+        method = quantization.get("quant_method", "?") if isinstance(quantization, dict) else quantization
+        raise ValueError(f"{src} holds a quantised checkpoint ({config_file.name}: quantization_config, quant_method "
+                         f"{method!r}); conversion is exact only from full-precision weights: convert the "
+                         "unquantised checkpoint, then quantise the converted one.")
     return model_type
 
 

@@ -220,19 +220,37 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
 
 
 class ALiBiPositions(PositionalScheme):
-    """ALiBi (Press et al.): each head penalises attention linearly in distance, -slope * |i - j|."""
+    """ALiBi (Press et al.): each head penalises attention linearly in distance, -slope * |i - j|.
+
+    A causal stack needs no (query, key) table: a query sees only keys j <= i, where -slope * (i - j) differs from
+    -slope * (last - j) by a constant of the row, and softmax ignores a row's constant (BLOOM's per-key bias). So
+    the bias is one row per head, -slope * (last query - j), broadcast over the queries: memory grows with the keys
+    alone, and the row of the last query (all of a cached decoding step) is exactly -slope * |i - j|. A
+    bidirectional stack gets the full table, built straight in the compute dtype without integer intermediates.
+    """
 
     uses_attention_bias = True
 
-    def __init__(self, config: VanillaConfig):
+    def __init__(self, config: VanillaConfig, causal: bool = False):
         super().__init__()
+        self.config = config  # read per call: the attention implementation may change after init
+        self.causal = causal
         self.slopes = nn.Buffer(alibi_slopes(config.num_attention_heads), persistent=False)
 
     def attention_inputs(self, hidden_states, position_ids, query_offset, key_length):
         batch, query_length = hidden_states.shape[:2]
-        distance = cache_distances(query_length, query_offset, key_length, hidden_states.device).abs()
-        bias = -self.slopes[:, None, None] * distance
-        return PositionalAttentionInputs(bias=bias.to(hidden_states.dtype)[None].expand(batch, -1, -1, -1))
+        device, dtype = hidden_states.device, hidden_states.dtype
+        keys = torch.arange(key_length, device=device, dtype=torch.float32)
+        # torch 2.13's inductor cannot compile flex attention's CPU kernel reading a bias broadcast over queries
+        if self.causal and not (self.config._attn_implementation == "flex_attention" and device.type == "cpu"):
+            distance = (query_offset + (query_length - 1) - keys)[None]  # (1, key_length): each key from the last query
+        else:  # (query_length, key_length), in float32: exact integers, a quarter of int64's |key - query| pair
+            distance = (keys - (torch.arange(query_length, device=device, dtype=torch.float32)[:, None] +
+                                query_offset)).abs_()
+        bias = torch.empty((len(self.slopes), *distance.shape), device=device, dtype=dtype)
+        for head, slope in enumerate(-self.slopes):  # float32 products rounded once to dtype, one head's at a time
+            torch.mul(distance, slope, out=bias[head])
+        return PositionalAttentionInputs(bias=bias[None].expand(batch, -1, query_length, -1))
 
 
 def relative_position_bucket(
@@ -287,7 +305,7 @@ def build_positional_scheme(config: VanillaConfig, causal: bool) -> PositionalSc
     if kind == "rope":
         return RotaryPositions(config)
     if kind == "alibi":
-        return ALiBiPositions(config)
+        return ALiBiPositions(config, causal=causal)
     if kind == "relative":
         return RelativePositionBias(config, bidirectional=not causal)
     return NoPositions()

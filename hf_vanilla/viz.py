@@ -171,6 +171,46 @@ class AttentionMaps:
         return [kind for kind in KINDS if kind in self.weights]
 
 
+def attention_memory(model: torch.nn.Module, source_length: int, target_length: int = 0) -> int:
+    """Bytes :func:`collect_attentions` holds at its peak for one sequence: every layer's (heads, queries, keys)
+    probabilities as the model returns them, their stack, and its float32 copy. ``target_length``: the
+    decoder's tokens of an encoder-decoder (its self- and cross-attention)."""
+    config = model.config
+    heads, layers = config.num_attention_heads, config.num_hidden_layers
+    size = next(model.parameters()).element_size()
+    per_probability = 2 * size + (4 if size != 4 else 0)
+    if model_family(model) != "encoder-decoder":
+        return layers * heads * source_length**2 * per_probability
+    decoder_layers = getattr(config, "num_decoder_layers", None) or layers
+    cells = layers * source_length**2 + decoder_layers * (target_length**2 + target_length * source_length)
+    return heads * cells * per_probability
+
+
+def available_memory() -> int:
+    """Half the memory the system has free now (Linux ``MemAvailable``), else 4 GiB."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 2
+    except OSError:
+        pass
+    return 4 << 30
+
+
+def check_attention_memory(model: torch.nn.Module, source_length: int, target_length: int, limit: int) -> None:
+    """Refuse maps that would not fit in ``limit`` bytes, before anything is computed, saying how many tokens do."""
+    needed = attention_memory(model, source_length, target_length)
+    if needed <= limit:
+        return
+    fits = max((n for n in range(1, source_length) if attention_memory(model, n, min(n, target_length)) <= limit),
+               default=0)
+    decoder = f" and {target_length} decoder tokens" if target_length else ""
+    raise ValueError(f"the attention maps of {source_length} tokens{decoder} would take about {needed / 2**30:.1f} "
+                     f"GiB (every layer's and head's queries x keys probabilities), more than the {limit / 2**30:.1f} "
+                     f"GiB allowed; draw the first {fits} tokens (--max-tokens {fits}) or a shorter text")
+
+
 @torch.no_grad()
 def attention_maps(
     model: torch.nn.Module,
@@ -179,25 +219,34 @@ def attention_maps(
     target: str | None = None,
     max_new_tokens: int = 32,
     title: str = "",
+    max_tokens: int | None = None,
+    memory_limit: int | None = None,
 ) -> AttentionMaps:
     """Run ``text`` through ``model`` and keep every attention map, labelled with the tokenizer's tokens.
 
     For an encoder-decoder the decoder reads ``target`` (after the decoder start token); without a
     target it reads the model's own greedy output for ``text``, so cross-attention shows which source
-    tokens each generated token looked at.
+    tokens each generated token looked at. ``max_tokens`` keeps the text's first tokens (and the target's).
+    Maps that would take more than ``memory_limit`` bytes (default: half the free memory) are refused
+    before anything runs (:func:`check_attention_memory`).
     """
     device = next(model.parameters()).device
-    encoded = tokenizer(text, return_tensors="pt")
+    cut = dict(truncation=True, max_length=max_tokens) if max_tokens is not None else {}
+    encoded = tokenizer(text, return_tensors="pt", **cut)
     input_ids = encoded["input_ids"].to(device)
     family = model_family(model)
+    target_ids = tokenizer(target, return_tensors="pt", **cut)["input_ids"].to(device) if target is not None else None
+    target_length = 0 if family != "encoder-decoder" else (
+        1 + (target_ids.shape[1] if target_ids is not None else max_new_tokens))
+    check_attention_memory(model, input_ids.shape[1], target_length,
+                           available_memory() if memory_limit is None else memory_limit)
     tokens = token_labels(tokenizer, input_ids[0].tolist())
     if family != "encoder-decoder":
         weights = collect_attentions(model, input_ids=input_ids)
         return AttentionMaps({k: v[0] for k, v in weights.items()}, {family: tokens}, title)
 
     start = model.config.decoder_start_token_id
-    if target is not None:
-        target_ids = tokenizer(target, return_tensors="pt")["input_ids"].to(device)
+    if target_ids is not None:
         decoder_input_ids = torch.cat([torch.full_like(target_ids[:, :1], start), target_ids], dim=1)
     elif hasattr(model, "generate"):
         decoder_input_ids = model.generate(
@@ -908,7 +957,7 @@ def run_attention(args: argparse.Namespace) -> int:
     try:
         model, tokenizer = load_model_and_tokenizer(args.model_dir)
         maps = attention_maps(model, tokenizer, args.text, target=args.target, max_new_tokens=args.max_new_tokens,
-                              title=Path(args.model_dir).name)
+                              title=Path(args.model_dir).name, max_tokens=args.max_tokens)
         kind = "cross" if args.cross else args.stack
         if kind == "cross" and "cross" not in maps.weights:
             raise ValueError(f"--cross needs an encoder-decoder; {args.model_dir} is a {model_family(model)} model.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import threading
 import time
@@ -33,7 +34,8 @@ class NonFiniteLossGuard(TrainerCallback):
     optimizer step catches it. That update is skipped (the gradients are dropped, and the optimizer
     skips parameters without one), training stops, and no evaluation or checkpoint runs afterwards,
     so the newest checkpoint on disk is the last good one; the run then raises
-    ``TrainingDivergedError``. In distributed runs the verdict is all-reduced.
+    ``TrainingDivergedError``. In distributed runs the verdict is all-reduced. A NaN/inf training loss that
+    left the gradients finite trips it at the next log (the first step is always logged).
     """
 
     def __init__(self) -> None:
@@ -54,6 +56,14 @@ class NonFiniteLossGuard(TrainerCallback):
                 p.grad = None
             control.should_training_stop = True
         return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        # A NaN loss can come with finite (zero) gradients, e.g. a batch with no target at all: the logged
+        # training loss (already averaged over processes) catches what the gradients do not.
+        loss = (logs or {}).get("loss")
+        if self.tripped_at is None and loss is not None and not math.isfinite(loss):
+            self.tripped_at = state.global_step
+        return self._hold(control)
 
     def _hold(self, control):
         # Runs after DefaultFlowCallback (callbacks are called in order), so it has the last word.

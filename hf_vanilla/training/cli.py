@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .options import TrainOptions
+from .options import TrainOptions, check_ranges
 from .tasks import TASKS
 
 DESCRIPTION = ("Train an hf_vanilla model with transformers' Trainer; run it under `accelerate launch` for DDP / "
@@ -61,9 +61,16 @@ def build_parser(prog: str = "hf-vanilla train") -> argparse.ArgumentParser:
 
 
 def parse(argv: list[str]) -> tuple[RunArguments, TrainOptions]:
-    namespace = vars(build_parser().parse_args(argv))
-    return tuple(options(**{f.name: namespace[f.name] for f in dataclasses.fields(options)})  # type: ignore[return-value]
-                 for options in (RunArguments, TrainOptions))
+    """The run's place and options; a value out of its range is a usage error (exit 2) naming the option."""
+    parser = build_parser()
+    namespace = vars(parser.parse_args(argv))
+    where, options = (kind(**{f.name: namespace[f.name] for f in dataclasses.fields(kind)})
+                      for kind in (RunArguments, TrainOptions))
+    try:
+        check_ranges(options)
+    except ValueError as error:
+        parser.error(str(error))
+    return where, options
 
 
 def add_dataclass_arguments(parser: argparse.ArgumentParser, options: type) -> None:

@@ -9,9 +9,12 @@ neither torch nor transformers' models, so ``hf-vanilla --help`` stays fast.
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
@@ -157,6 +160,7 @@ class TrainOptions:
         if opts.eval_batch_size is None:
             opts.eval_batch_size = 2 * opts.batch_size
         check_choices(opts)
+        check_ranges(opts)
         check_averaging(opts)
         return opts
 
@@ -174,6 +178,77 @@ def check_choices(opts: TrainOptions) -> None:
         choices, value = _choices(hints[f.name]), getattr(opts, f.name)
         if choices and value is not None and value not in choices:
             raise ValueError(f"{f.name} must be one of {list(choices)}, got {value!r}")
+
+
+def _positive(value: Any) -> bool:
+    return math.isfinite(value) and value > 0
+
+
+def _at_least(low: int) -> Callable[[Any], bool]:
+    return lambda value: value >= low
+
+
+#: (option, test, allowed range): values outside these train NaN, a whole epoch instead of none, or crash late
+#: (a ZeroDivisionError, a failed first evaluation); ``None`` ("the task's default") always passes.
+RANGES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("mlm_probability", lambda p: 0 < p <= 1, "in (0, 1]: with no token masked there is nothing to predict"),
+    ("max_steps", lambda n: n == -1 or n >= 1, "-1 (train for --num-train-epochs) or at least 1"),
+    ("num_train_epochs", _positive, "a finite number above 0"),
+    ("time_limit_minutes", _positive, "a finite number above 0 (leave it unset for no limit)"),
+    ("gradient_accumulation_steps", _at_least(1), "at least 1"),
+    ("batch_size", _at_least(1), "at least 1"),
+    ("eval_batch_size", _at_least(1), "at least 1"),
+    ("block_size", _at_least(2), "at least 2 (a block needs a token to read and one to predict)"),
+    ("max_source_length", _at_least(1), "at least 1"),
+    ("max_target_length", _at_least(1), "at least 1"),
+    ("max_length", _at_least(1), "at least 1"),
+    ("num_beams", _at_least(1), "at least 1 (1: greedy decoding)"),
+    ("max_new_tokens", _at_least(1), "at least 1"),
+    ("num_samples", _at_least(0), "0 or more"),
+    ("learning_rate", _positive, "a finite number above 0"),
+)
+
+
+def check_ranges(opts: TrainOptions) -> None:
+    """Refuse values outside :data:`RANGES` and blank prompts, naming the option, before anything is loaded."""
+    for name, allowed, text in RANGES:
+        value = getattr(opts, name)
+        if value is not None and not allowed(value):
+            raise ValueError(f"{flag(name)} must be {text}, got {value!r}")
+    blank = [i for i, prompt in enumerate(opts.prompts, 1) if not prompt.strip()]
+    if blank:
+        raise ValueError(f"{flag('prompts')}: prompt {blank[0]} is blank; give each prompt some text (or leave "
+                         "--prompts out for the default prompts)")
+
+
+def flag(name: str) -> str:
+    """How the command line spells option ``name`` (Python callers pass ``name=``)."""
+    return f"--{name.replace('_', '-')} ({name})"
+
+
+def check_attention_kernel(opts: TrainOptions, use_cpu: bool) -> None:
+    """PyTorch's flex attention has no CPU backward: refuse it for a CPU run before anything loads."""
+    if opts.attn_implementation == "flex_attention" and use_cpu:
+        raise ValueError(f"{flag('attn_implementation')} flex_attention trains only on an accelerator (PyTorch's "
+                         "flex attention cannot run its backward pass on the CPU); on the CPU use sdpa or eager")
+
+
+def check_init_from(init_from: str | None) -> None:
+    """``--init-from`` must be a local folder holding an hf_vanilla model (a native one is converted first)."""
+    if init_from is None:
+        return
+    folder = Path(init_from)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"--init-from {init_from}: no such folder; give a folder written by save_pretrained "
+                                "or a training run")
+    try:
+        model_type = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError) as error:
+        raise ValueError(f"--init-from {init_from}: {folder / 'config.json'} is missing or unreadable ({error}); give "
+                         "a folder written by save_pretrained or a training run") from None
+    if model_type != "vanilla":
+        raise ValueError(f"--init-from {init_from} holds a {model_type!r} model, not an hf_vanilla one: convert it "
+                         f"first (hf-vanilla convert {init_from} CONVERTED_DIR), then --init-from CONVERTED_DIR")
 
 
 def check_averaging(opts: TrainOptions) -> None:

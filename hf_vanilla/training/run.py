@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..checkpoint import clear_disk_errors, ensure_code_files
 from ..output_folder import OutputFolder
 from . import rundir
-from .options import SIZE_PRESETS, TrainOptions, make_options
+from .options import SIZE_PRESETS, TrainOptions, check_attention_kernel, check_init_from, make_options
 from .tasks import Task, get_task
 
 if TYPE_CHECKING:
@@ -92,6 +92,8 @@ def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list) ->
     # accelerator it must be told cpu=True, or `accelerate launch` on a CPU machine gives N
     # unconnected single-process runs instead of one gloo DDP run.
     use_cpu = opts.use_cpu or not has_accelerator()
+    check_attention_kernel(opts, use_cpu)
+    check_init_from(opts.init_from)
     state = PartialState(cpu=use_cpu)
     is_main = state.is_main_process
     folder = OutputFolder(run_dir, "run")

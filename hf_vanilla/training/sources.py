@@ -57,7 +57,8 @@ def load_raw(task: Task, opts: TrainOptions) -> tuple[DatasetDict, dict[str, Any
         sample_by = task.local_sample_by(opts)
         # Train-only files: the loader cuts validation itself (it knows to split a one-paragraph file by line).
         only_train = not isinstance(files, Mapping) or set(files) == {"train"}
-        dsd = load_local_files(files, text_column=None if task.keeps_columns() else opts.text_column, seed=opts.seed,
+        # Columns as the files name them: the task picks its own (--text-column, ...) when it normalises.
+        dsd = load_local_files(files, text_column=None, string_columns=task.text_columns(opts), seed=opts.seed,
                                validation_fraction=opts.validation_fraction if only_train else 0.0,
                                sample_by=sample_by)  # type: ignore[arg-type]
         names = all_files(files)

@@ -113,6 +113,11 @@ def checkpoint_problem(checkpoint: Path) -> str | None:
         json.loads(state.read_text(encoding="utf-8"))["global_step"]
     except (OSError, ValueError, KeyError) as error:
         return f"{state} is unreadable ({type(error).__name__}: {error})"
+    tokenizer = checkpoint / "tokenizer.json"  # resuming reads the run's tokenizer from its checkpoint
+    try:
+        json.loads(tokenizer.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        return f"{tokenizer} is unreadable ({type(error).__name__}: {error})"
     weights = sorted(checkpoint.glob("model*.safetensors"))
     if not weights:
         return f"{checkpoint} holds no model*.safetensors"

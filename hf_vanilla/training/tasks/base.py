@@ -56,9 +56,9 @@ class Task:
         """How local text files are cut into rows (paragraphs, so validation can be cut from one file)."""
         return opts.sample_by or "paragraph"
 
-    def keeps_columns(self) -> bool:
-        """Whether local files keep all their columns (``False``: one text column is read)."""
-        return False
+    def text_columns(self, opts: TrainOptions) -> list[str]:
+        """The columns that hold the task's texts (local files must have strings there)."""
+        return [opts.text_column]
 
     def normalise(self, dsd: DatasetDict, opts: TrainOptions) -> DatasetDict:
         """The task's standard columns (``text``; ``text`` + ``label``; ``source`` + ``target``)."""

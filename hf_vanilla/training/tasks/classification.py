@@ -33,9 +33,6 @@ class Classification(Task):
             source="hf_vanilla.corpora", name="bbc-news", corpus=spec.description, license=spec.license,
             split_note="stratified by class, 10% validation and 10% test, by a seeded hash of each article id")
 
-    def keeps_columns(self) -> bool:
-        return True
-
     def normalise(self, dsd: DatasetDict, opts: TrainOptions) -> DatasetDict:
         """``text`` + a ``ClassLabel`` ``label`` whose classes are the training split's."""
         from datasets import ClassLabel, DatasetDict

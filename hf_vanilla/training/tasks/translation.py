@@ -36,8 +36,8 @@ class Translation(Task):
             split_note=(f"whole books held out: validation = {', '.join(BIBLE_VALIDATION_BOOKS)}; "
                         f"test = {', '.join(BIBLE_TEST_BOOKS)}"))
 
-    def keeps_columns(self) -> bool:
-        return True
+    def text_columns(self, opts: TrainOptions) -> list[str]:
+        return [opts.source_column, opts.target_column]
 
     def normalise(self, dsd: DatasetDict, opts: TrainOptions) -> DatasetDict:
         from datasets import DatasetDict
