@@ -234,13 +234,16 @@ def check_attention_kernel(opts: TrainOptions, use_cpu: bool) -> None:
 
 
 def check_init_from(init_from: str | None) -> None:
-    """``--init-from`` must be a local folder holding an hf_vanilla model (a native one is converted first)."""
+    """``--init-from`` is a local folder holding an hf_vanilla model (a native one is converted first), or a Hub
+    repo id, which ``from_pretrained`` resolves as it resolves any."""
     if init_from is None:
         return
     folder = Path(init_from)
     if not folder.is_dir():
+        if looks_like_repo_id(init_from):
+            return
         raise FileNotFoundError(f"--init-from {init_from}: no such folder; give a folder written by save_pretrained "
-                                "or a training run")
+                                "or a training run (or a Hub repo id, NAME or OWNER/NAME)")
     try:
         model_type = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
     except (OSError, ValueError, AttributeError) as error:
@@ -249,6 +252,19 @@ def check_init_from(init_from: str | None) -> None:
     if model_type != "vanilla":
         raise ValueError(f"--init-from {init_from} holds a {model_type!r} model, not an hf_vanilla one: convert it "
                          f"first (hf-vanilla convert {init_from} CONVERTED_DIR), then --init-from CONVERTED_DIR")
+
+
+def looks_like_repo_id(text: str) -> bool:
+    """NAME or OWNER/NAME as the Hub spells them, and nothing a path would start with."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    if text.startswith((".", "/", "~")) or "\\" in text:
+        return False
+    try:
+        validate_repo_id(text)
+    except HFValidationError:
+        return False
+    return True
 
 
 def check_averaging(opts: TrainOptions) -> None:

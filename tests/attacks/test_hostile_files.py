@@ -73,6 +73,17 @@ def test_init_from_a_missing_folder_or_a_native_model_says_what_to_do(tmp_path: 
     assert not (tmp_path / "run").exists()
 
 
+def test_init_from_a_hub_repo_id_is_left_to_from_pretrained_and_a_path_is_not_taken_for_one() -> None:
+    from hf_vanilla.training.options import check_init_from, looks_like_repo_id
+
+    assert looks_like_repo_id("gpt2") and looks_like_repo_id("alice/vanilla-small")
+    check_init_from("alice/vanilla-small")  # no folder of that name here: the Hub's, as from_pretrained would
+    for path in ("./alice/vanilla-small", "/tmp/alice", "~/models/base", "runs/a/b", "a\\b"):
+        assert not looks_like_repo_id(path)
+    with pytest.raises(FileNotFoundError, match="no such folder"):
+        check_init_from("runs/a/b")
+
+
 def test_a_newest_checkpoint_without_its_tokenizer_is_skipped_for_the_previous_one(tmp_path: Path) -> None:
     import torch
     from safetensors.torch import save_file
