@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -37,6 +38,13 @@ LOCK = ".hf_vanilla.lock"
 REPLACED = ".hf_vanilla-replaced"
 DISCARDED = ".hf_vanilla-discarded"
 FRESH_PREFIX = ".hf_vanilla-fresh-"
+
+#: Every name a run of an hf_vanilla without records (before .hf_vanilla.json) wrote at the top of its folder.
+OLDER_RUN_FILE = re.compile(
+    r"run\.json|README\.md|metrics\.json|curves\.png|trainer_state\.json|training_args\.bin|config\.json"
+    r"|generation_config\.json|model\.safetensors(\.index\.json)?|model-\d{5}-of-\d{5}\.safetensors"
+    r"|tokenizer\.json|tokenizer_config\.json|special_tokens_map\.json|chat_template\.jinja"
+    r"|(configuration|modeling)_vanilla\.py|positional\.py|checkpoint-\d+")
 
 #: What each kind of folder is called in messages, and the option that writes it again.
 KINDS = {"run": ("a training run", "hf-vanilla train"), "conversion": ("a converted model", "hf-vanilla convert")}
@@ -125,6 +133,9 @@ class OutputFolder:
             theirs = KINDS.get(record.get("kind"), ("another kind of folder",))[0]
             raise FileExistsError(f"{self.path} holds {theirs} written by hf_vanilla, not {what}: choose another "
                                   "folder (nothing was changed)")
+        if record is None and resume and self.kind == "run" and (names := self._older_run_files()):
+            self._write_record(names)  # adopted: every file in it is one an older hf_vanilla's run writes
+            return
         if record is None:
             raise FileExistsError(self._not_ours_message(overwrite=overwrite, resume=resume))
         if not (overwrite or resume):
@@ -132,6 +143,19 @@ class OutputFolder:
                 "pass --overwrite to replace it"
             raise FileExistsError(f"{self.path} already holds {what}: {how} (files hf_vanilla did not write there "
                                   "are kept either way)")
+
+    def _older_run_files(self) -> list[str] | None:
+        """The files of a run an hf_vanilla without records wrote, when the folder holds nothing else: a run.json
+        naming a task, a checkpoint to resume from, and only names such a run writes (no links). Else None."""
+        entries = [p for p in self.path.iterdir() if p.name != LOCK]
+        if any(p.is_symlink() or not OLDER_RUN_FILE.fullmatch(p.name) for p in entries):
+            return None
+        try:
+            names_a_task = "task" in json.loads((self.path / "run.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError, TypeError):
+            return None
+        has_checkpoint = any(p.name.startswith("checkpoint-") and (p / "trainer_state.json").is_file() for p in entries)
+        return sorted(p.name for p in entries) if names_a_task and has_checkpoint else None
 
     def _not_ours_message(self, *, overwrite: bool, resume: bool) -> str:
         what, command = KINDS[self.kind]

@@ -137,6 +137,25 @@ def test_resume_refuses_a_model_folder_that_is_not_a_run(corpus, tmp_path, stop_
     assert snapshot(folder) == before
 
 
+def test_a_run_of_an_hf_vanilla_without_records_resumes_but_is_not_overwritten_and_a_user_file_stops_both(tmp_path):
+    """Runs written before the record existed hold only names a run writes: --resume adopts them (recording those
+    names), --overwrite still refuses, and one file of the user's among them means it is not adopted."""
+    older = fake_run(tmp_path / "older", recorded=False)
+    with pytest.raises(FileExistsError, match="--overwrite will not replace anything"):
+        OutputFolder(older).check(overwrite=True)
+    assert not (older / RECORD).exists()
+    OutputFolder(older).check(resume=True)
+    assert own_files(older) == [older / name for name in ("checkpoint-1", "model.safetensors", "run.json")]
+    mixed = fake_run(tmp_path / "mixed", recorded=False)
+    (mixed / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="--resume will not write into it"):
+        OutputFolder(mixed).check(resume=True)
+    no_checkpoint = fake_run(tmp_path / "no-checkpoint", recorded=False)
+    (no_checkpoint / "checkpoint-1" / "trainer_state.json").unlink()
+    with pytest.raises(FileExistsError, match="--resume will not write into it"):
+        OutputFolder(no_checkpoint).check(resume=True)
+
+
 def test_another_kind_of_hf_vanilla_folder_is_not_overwritten(tmp_path):
     folder = tmp_path / "converted"
     folder.mkdir()
