@@ -274,8 +274,9 @@ VERSES = {("Gen", 1, 1): ("In the beginning.", "En el principio."), ("Ruth", 1, 
 
 def _deploying_runs(folder: Path) -> None:
     """The run folders docs/deploying.md starts from, tiny, shaped like the jobs that write them."""
+    # the main job: the paper's block, pre-norm, an output layer of its own; its tokenizer appends EOS
     _tiny_run_model(folder / "runs/main-shakespeare", "tiny-transformer", architecture="decoder", norm_position="pre",
-                    add_eos=True)  # the main job: the paper's block, pre-norm; its tokenizer appends EOS
+                    tie_word_embeddings=False, add_eos=True)
     _tiny_run_model(folder / "runs/translation", "tiny-transformer", hv.VanillaForSeq2SeqLM, add_eos=True,
                     norm_position="pre", decoder_start_token_id=2)
     _tiny_run_model(folder / "runs/llama-shakespeare", "tiny-llama", add_eos=True)

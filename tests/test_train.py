@@ -928,6 +928,29 @@ def test_the_main_jobs_last_line_says_when_it_was_cut_short():
     assert final_line(192.5, 563.0, done).endswith("2.9x lower; completed all 400 of 400 planned steps")
 
 
+def test_the_main_job_compares_recipes_by_fields_and_rates_over_its_own():
+    import argparse
+    import runpy
+
+    from hf_vanilla.training.options import make_options
+    from hf_vanilla.training.tasks import get_task
+
+    job = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "main_job.py"))
+    args = job["parse_args"](["--config", '{"norm_position": "post"}', "--learning-rate", "3e-3", "--warmup-steps", "0"])
+    options = job["recipe"](args.config, args.learning_rate, args.warmup_steps)
+    assert options["config"] == {**job["recipe"]({})["config"], "norm_position": "post"}
+    assert (options["learning_rate"], options["warmup_steps"]) == (3e-3, 0)
+    own = job["recipe"]({})
+    assert own["config"] == {"norm_position": "pre", "tie_word_embeddings": False}  # docs/experiments.md's choice
+    assert (own["learning_rate"], own["warmup_steps"]) == (1e-3, None)
+    hf_vanilla.VanillaConfig(architecture="decoder", **own["config"])  # fields the config accepts
+    make_options(dict(own, max_steps=400)).resolved(get_task("clm"))  # options train() accepts
+    with pytest.raises(argparse.ArgumentTypeError, match="JSON object of VanillaConfig fields"):
+        job["config_fields"]('["norm_position"]')
+    with pytest.raises(argparse.ArgumentTypeError, match="not JSON"):
+        job["config_fields"]("norm_position=post")
+
+
 def test_curves_end_with_the_final_validation_point():
     from hf_vanilla.viz import training_curves
 
