@@ -40,6 +40,7 @@ from .checkpoint import (
     is_weight_file,
     loading_files,
 )
+from .output_folder import own_files
 
 logger = logging.getLogger(__name__)
 
@@ -64,13 +65,15 @@ class UploadPlan:
 def plan_upload(run_dir: str | os.PathLike[str], include: Sequence[str] = ()) -> UploadPlan:
     """The files of ``run_dir`` that a push uploads: what the checkpoint is made of
     (:func:`hf_vanilla.checkpoint.loading_files`: configs, the weights loading reads, the code ``auto_map`` names,
-    the tokenizer's own files), the run files (:data:`RUN_FILES`) and whatever ``include`` names (a file or a
+    the tokenizer's own files), the run files (:data:`RUN_FILES`) where the folder's record says hf_vanilla wrote
+    them (:func:`hf_vanilla.output_folder.own_files`), and whatever ``include`` names (a file or a
     folder, relative to ``run_dir``). Everything else is skipped and listed; the card (``README.md``) is chosen by
     :func:`model_card_text`. A file that is a link leaving ``run_dir`` is refused, never followed.
     """
     folder = Path(run_dir)
     files = loading_files(folder)
-    files.update((name, folder / name) for name in RUN_FILES if (folder / name).is_file())
+    ours = {path.name for path in own_files(folder)}  # a run.json the user wrote is not the run's record
+    files.update((name, folder / name) for name in RUN_FILES if name in ours and (folder / name).is_file())
     for name in include:
         files.update(_included(folder, name))
     _refuse_links_out(folder, [*files.values(), folder / CARD_FILE])

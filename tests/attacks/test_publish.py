@@ -19,6 +19,7 @@ from safetensors.torch import save_file
 from hf_vanilla import cli
 from hf_vanilla.card import build_model_card
 from hf_vanilla.hub import model_card_text, plan_upload, push_run
+from hf_vanilla.output_folder import OutputFolder
 from hf_vanilla.training.tasks import get_task
 from tests.factories import tiny_model, tiny_tokenizer
 from tests.hub_fixtures import FakeHfApi, copy_run
@@ -71,6 +72,17 @@ def test_files_named_like_checkpoint_files_that_it_is_not_made_of_stay_local(sav
         plan_upload(folder)
 
 
+def test_run_files_go_up_only_where_hf_vanilla_wrote_them(saved: Path, tmp_path: Path) -> None:
+    """metrics.json, run.json and curves.png are published as the run's only where the folder's record lists
+    them: in a folder of the user's, files by those names are theirs."""
+    folder = copy_of(saved, tmp_path)
+    (folder / "metrics.json").write_text('{"private": "my own notes"}')
+    (folder / "run.json").write_text('{"task": "clm", "status": "completed", "notes": "mine"}')
+    assert {"metrics.json", "run.json"} <= set(plan_upload(folder).skipped)
+    OutputFolder(folder).add(["metrics.json", "run.json"])
+    assert {"metrics.json", "run.json"} <= set(plan_upload(folder).files)
+
+
 def test_a_sharded_checkpoint_is_its_index_and_exactly_the_shards_it_names(tmp_path: Path) -> None:
     folder = tmp_path / "sharded"
     tiny_model("decoder").save_pretrained(folder, max_shard_size="40KB")
@@ -106,6 +118,10 @@ def test_a_link_out_of_the_folder_is_never_followed(saved: Path, tmp_path: Path,
     (folder / link).parent.mkdir(exist_ok=True)
     (folder / link).symlink_to(target)
     api = FakeHfApi()
+    if link == "run.json":  # a link is never one of the run's own files (own_files): left local, not followed
+        result = push_run(folder, "tester/linked", api=api)
+        assert "run.json" in result.skipped and "run.json" not in api.files("tester/linked")
+        return
     with pytest.raises(ValueError, match=rf"{link} -> {target} leaves the folder"):
         push_run(folder, "tester/linked", include=["extra"] if link.startswith("extra") else (), api=api)
     assert not api.repos  # refused before anything was created
@@ -132,6 +148,7 @@ def test_an_unfinished_run_is_not_pushed_without_a_word(
 ) -> None:
     folder = copy_of(saved, tmp_path)
     (folder / "run.json").write_text(json.dumps({"task": "clm", **record}))
+    OutputFolder(folder).add(["run.json"])  # the run's record, as training writes it
     api = FakeHfApi()
     with pytest.raises(ValueError, match=f"run.json says the run {said}.*--allow-incomplete"):
         push_run(folder, "tester/unfinished", api=api)
