@@ -296,6 +296,26 @@ class PushResult:
     samples_left_out: str | None = None
 
 
+def _local_upload(folder: Path, include: Sequence[str], allow_incomplete: bool,
+                  publish_samples: bool) -> tuple[UploadPlan, dict[str, Any], str | None]:
+    """The push's plan and its operations (path in the repo -> local file or bytes), checked and prepared
+    locally: the folder, a finished run, config.json with ``auto_map``, the run files made public, the code."""
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder} is not a directory")
+    plan = plan_upload(folder, include)
+    _check_run_dir(folder, plan.files)
+    if "run.json" in plan.files and not allow_incomplete:
+        check_finished(json.loads(plan.files["run.json"].read_text(encoding="utf-8")), folder)
+    patched_config = _with_auto_map(json.loads(plan.files["config.json"].read_text(encoding="utf-8")))
+    operations: dict[str, Any] = dict(plan.files)
+    if patched_config is not None:
+        operations["config.json"] = (json.dumps(patched_config, indent=2, sort_keys=True) + "\n").encode()
+    samples_note = _public_run_files(operations, publish_samples)
+    for source in code_files():  # code already in the folder is the code the weights were trained with: kept
+        operations.setdefault(source.name, source)
+    return plan, operations, samples_note
+
+
 def push_run(
     run_dir: str | os.PathLike[str],
     repo_id: str,
@@ -335,22 +355,8 @@ def push_run(
     if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
         raise ValueError(f"timeout (--timeout) must be a positive number of seconds, got {timeout!r}")
     folder = Path(run_dir)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"{folder} is not a directory")
-    plan = plan_upload(folder, include)
-    _check_run_dir(folder, plan.files)
-    if "run.json" in plan.files and not allow_incomplete:
-        check_finished(json.loads(plan.files["run.json"].read_text(encoding="utf-8")), folder)
-    config = json.loads(plan.files["config.json"].read_text(encoding="utf-8"))
-    patched_config = _with_auto_map(config)
-
     # Everything that can be checked locally is, before the first request: a bad folder creates no repo.
-    operations: dict[str, Any] = dict(plan.files)
-    if patched_config is not None:
-        operations["config.json"] = (json.dumps(patched_config, indent=2, sort_keys=True) + "\n").encode()
-    samples_note = _public_run_files(operations, publish_samples)
-    for source in code_files():  # code already in the folder is the code the weights were trained with: kept
-        operations.setdefault(source.name, source)
+    plan, operations, samples_note = _local_upload(folder, include, allow_incomplete, publish_samples)
     card = model_card_text(folder, repo_id, rebuild_card=rebuild_card, publish_samples=publish_samples)
     if plan.skipped:
         logger.info(  # PushResult.skipped has them too, and the command prints them: said once
