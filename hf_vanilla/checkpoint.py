@@ -352,32 +352,40 @@ def remove_stale_staging(parent: str | os.PathLike[str], name: str | None = None
     """
     pattern = f"{STAGING_PREFIX}{name}-*" if name else f"{STAGING_PREFIX}*"
     for stale in Path(parent).glob(pattern):
+        folder = stale.with_name(stale.name.removesuffix(LOCK_SUFFIX))
+        if folder != stale and folder.exists():
+            continue  # a lock file beside its folder: handled with the folder
         try:
-            with held_lock(stale):
-                shutil.rmtree(stale, ignore_errors=True)
-        except (BlockingIOError, OSError):
+            with held_lock(folder):  # a lock file alone (its writer was killed) goes with the block
+                shutil.rmtree(folder, ignore_errors=True)
+        except BlockingIOError:
             continue
+
+
+#: A staging folder's lock file sits beside it (inside, it would be published with the folder).
+LOCK_SUFFIX = ".lock"
 
 
 @contextlib.contextmanager
 def held_lock(folder: Path) -> Iterator[None]:
-    """An exclusive advisory lock on ``folder`` for the block; BlockingIOError if another process holds it.
-    The kernel drops it when its holder dies, so a killed writer's folder is free to remove."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: no lock on a directory that its holder's death releases
-        raise NotImplementedError(
-            "hf_vanilla's own checkpoint writes (training runs, convert, push) lock the folder they stage with POSIX "
-            "advisory locks, which this platform lacks: run them on Linux or macOS (on Windows, under WSL). Loading, "
-            "model.save_pretrained and everything else transformers does work here."
-        ) from None
+    """An exclusive lock on ``folder`` for the block (the file ``<folder>.lock`` beside it, through ``filelock``
+    like every lock of the package, so it works on every platform); BlockingIOError if another process holds it.
+    The system drops it when its holder dies, so a killed writer's folder is free to remove. The lock file goes
+    with the block."""
+    from filelock import FileLock, Timeout
 
-    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    lock_file = folder.with_name(folder.name + LOCK_SUFFIX)
+    lock = FileLock(lock_file, blocking=False)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock.acquire()
+    except Timeout:
+        raise BlockingIOError(f"{folder} is being written by another process") from None
+    try:
         yield
     finally:
-        os.close(fd)
+        with contextlib.suppress(OSError):  # unlinked while held, as OutputFolder.locked does (Windows: on release)
+            lock_file.unlink()
+        lock.release()
 
 
 def link_or_copy(source: Path, destination: Path) -> None:

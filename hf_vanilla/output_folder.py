@@ -5,17 +5,25 @@ else without an explicit word; it never follows a symlink out of the folder it w
 
 How it holds:
 
-- A record, ``.hf_vanilla.json`` in the folder, lists the top-level names hf_vanilla wrote there (a name is
-  recorded *before* the file is moved in, so a kill never leaves one of ours unrecorded). :func:`own_files` reads
-  it: ``--overwrite``, ``--resume`` and ``convert --overwrite`` go by this one list, and so should anything else
-  that must tell hf_vanilla's files from the user's (a push). A folder without the record is the user's.
+- Declared, not observed. A record, ``.hf_vanilla.json`` in the folder, lists the top-level names hf_vanilla
+  writes there, each entered by the code that creates it *before* it exists (:meth:`OutputFolder.add`,
+  :meth:`OutputFolder.declare`, :meth:`OutputFolder.publish`). Nothing is recorded because the folder changed.
+  ``--overwrite``, ``--resume``, checkpoint rotation and ``convert --overwrite`` go by this one list
+  (:func:`own_files`). A folder without the record is the user's. A record that is a link, is not JSON or
+  names anything but a plain name in the folder is refused, never trusted nor rewritten.
 - The folder itself is never renamed, exchanged or deleted while it holds anything: files are staged in a hidden
   folder inside it and moved in one by one (each ``os.replace`` is atomic). So a symlinked ``--output-dir``
   stays a link and the files land in its target, and the user's files beside ours stay where they are.
-- ``--overwrite`` moves the old own files into ``.hf_vanilla-replaced/`` inside the folder; the new run
-  :meth:`~OutputFolder.commit`\\ s (renames it ``.hf_vanilla-discarded/``, then deletes it) once it has something
-  to keep, or :meth:`~OutputFolder.undo`\\ es (puts the old files back). A process killed in between leaves one of
-  those two folders, and the next writer (under the lock) finishes the job: :meth:`~OutputFolder.recover`.
+- A new write keeps a journal, ``.hf_vanilla-journal.json``, from its start to its first checkpoint: written
+  before anything moves, it holds the previous write's record and the names ``--overwrite`` moves into
+  ``.hf_vanilla-replaced/``, and a phase. Every step after it can be repeated, so :meth:`~OutputFolder.recover`
+  finishes what a killed writer left at any point, by the phase alone:
+
+  ``aside``      the previous write's files are moving out or back, nothing new exists: put them all back.
+  ``new``        the new write is writing (its files are the record's): remove them, then as ``aside``.
+  ``discarding`` the new write has committed: delete what was moved aside.
+
+  Either the previous write or the new one is complete afterwards, never less; the returned lines say which.
 - One writer at a time: an exclusive lock file inside the folder (``filelock``: the system drops the lock of a
   process that dies).
 """
@@ -31,13 +39,18 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import atomic_write_json, fsync_path, make_shareable
+from .checkpoint import atomic_write_json, atomic_write_text, fsync_path, make_shareable
 
 RECORD = ".hf_vanilla.json"
+JOURNAL = ".hf_vanilla-journal.json"
 LOCK = ".hf_vanilla.lock"
 REPLACED = ".hf_vanilla-replaced"
-DISCARDED = ".hf_vanilla-discarded"
+DISCARDED = ".hf_vanilla-discarded"  # an older hf_vanilla's committed --overwrite; recover() deletes it
 FRESH_PREFIX = ".hf_vanilla-fresh-"
+TEMPORARY = re.compile(r"\.\.hf_vanilla.*\.tmp")  # a bookkeeping file's atomic write, killed before its rename
+
+#: The journal's phases (see the module's docstring).
+ASIDE, NEW, DISCARDING = "aside", "new", "discarding"
 
 #: Every name a run of an hf_vanilla without records (before .hf_vanilla.json) wrote at the top of its folder.
 OLDER_RUN_FILE = re.compile(
@@ -47,7 +60,13 @@ OLDER_RUN_FILE = re.compile(
     r"|(configuration|modeling)_vanilla\.py|positional\.py|checkpoint-\d+")
 
 #: What each kind of folder is called in messages, and the option that writes it again.
-KINDS = {"run": ("a training run", "hf-vanilla train"), "conversion": ("a converted model", "hf-vanilla convert")}
+KINDS = {"run": ("a training run", "hf-vanilla train"), "conversion": ("a converted model", "hf-vanilla convert"),
+         "experiments": ("experiment outputs", "scripts/experiments.py")}
+
+
+class UntrustedRecordError(ValueError):
+    """The folder's record (or journal) is not one hf_vanilla wrote: a link, not JSON, or naming paths."""
+
 
 
 class FolderBusyError(RuntimeError):
@@ -59,7 +78,7 @@ def own_files(folder: str | os.PathLike[str]) -> list[Path]:
 
     Symlinks are never counted: a link sitting at a recorded name was put there by someone else. The record
     itself, the lock and hf_vanilla's hidden work folders are not listed. An empty list for a folder hf_vanilla
-    did not write.
+    did not write; :class:`UntrustedRecordError` for a record hf_vanilla did not write.
     """
     return OutputFolder(Path(folder)).own_files()
 
@@ -84,13 +103,18 @@ class OutputFolder:
     # What is in it
 
     def record(self) -> dict[str, Any] | None:
-        """The folder's record (None when hf_vanilla never wrote here, or the record is unreadable)."""
-        try:
-            record = json.loads((self.path / RECORD).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        """The folder's record (None when hf_vanilla never wrote here). A record hf_vanilla cannot have written
+        (a link, not JSON, a name that is not a plain name in the folder) is :class:`UntrustedRecordError`."""
+        record = _read_own_json(self.path / RECORD)
+        if record is None:
             return None
-        if not isinstance(record, dict) or not isinstance(record.get("files"), list):
-            return None
+        files = record.get("files") if isinstance(record, dict) else None
+        strays = [name for name in files if not _plain_name(name)] if isinstance(files, list) else None
+        if strays is None or strays:
+            what = f"names {strays} that are not files in the folder" if strays else "no list of files"
+            raise UntrustedRecordError(f"{self.path / RECORD} holds {what}; hf_vanilla did not write it and will "
+                                       "neither trust nor rewrite it: restore it, or move it out of the folder "
+                                       "(the folder is then yours, and nothing in it hf_vanilla's)")
         return record
 
     def is_ours(self) -> bool:
@@ -101,8 +125,7 @@ class OutputFolder:
     def own_files(self) -> list[Path]:
         """See the module's :func:`own_files`."""
         record = self.record() or {"files": []}
-        names = {name for name in record["files"] if isinstance(name, str) and _plain_name(name)}
-        return sorted(self.path / name for name in names
+        return sorted(self.path / name for name in set(record["files"])
                       if (self.path / name).exists() and not (self.path / name).is_symlink())
 
     def foreign_files(self) -> list[Path]:
@@ -117,9 +140,10 @@ class OutputFolder:
     # May we write it?
 
     def check(self, *, overwrite: bool = False, resume: bool = False) -> None:
-        """Refuse, before anything is read or written, a folder this writer may not write: one that holds
-        another kind of folder, or anything hf_vanilla did not write (``--overwrite`` replaces only a folder of
-        its own kind, and then only its own files; ``--resume`` continues only a folder of its own kind)."""
+        """Refuse, before anything is read or written, a folder this writer may not write: one another process
+        is writing, one that holds another kind of folder, or anything hf_vanilla did not write (``--overwrite``
+        replaces only a folder of its own kind, and then only its own files; ``--resume`` continues only a
+        folder of its own kind)."""
         what = KINDS[self.kind][0]
         if self.path.is_symlink() and not self.path.exists():
             raise FileNotFoundError(f"{self.path} is a symbolic link to {os.readlink(self.path)}, which does not "
@@ -128,6 +152,8 @@ class OutputFolder:
             raise FileExistsError(f"{self.path} is a file; choose a folder (new or empty) to write {what} into")
         if not self.path.exists() or self.is_empty():
             return
+        if (holder := self._busy_holder()) is not None:
+            raise FolderBusyError(self._busy_message(holder))
         record = self.record()
         if record is not None and record.get("kind") != self.kind:
             theirs = KINDS.get(record.get("kind"), ("another kind of folder",))[0]
@@ -183,17 +209,12 @@ class OutputFolder:
         if not enabled:
             yield self
             return
-        from filelock import FileLock, Timeout
-
         self._created = not self.path.exists()
         self.path.mkdir(parents=True, exist_ok=True)
         lock_file = self.path / LOCK
-        lock = FileLock(lock_file, blocking=False, on_acquired=_write_pid)
-        try:
-            lock.acquire()
-        except Timeout:
-            raise FolderBusyError(f"{self.path} is being written by another hf_vanilla process (pid "
-                                  f"{_holder(lock_file)}); wait for it to finish or stop it, then try again") from None
+        lock = _file_lock(lock_file)
+        if not _try_acquire(lock):
+            raise FolderBusyError(self._busy_message(_holder(lock_file)))
         try:
             yield self
         finally:
@@ -206,19 +227,38 @@ class OutputFolder:
                 with contextlib.suppress(OSError):  # not empty: something was written, and it stays
                     self.path.rmdir()
 
+    def _busy_holder(self) -> str | None:
+        """The pid of the process holding this folder's lock now, or None when nobody does."""
+        lock_file = self.path / LOCK
+        if not lock_file.is_file():
+            return None
+        lock = _file_lock(lock_file)
+        if _try_acquire(lock):
+            lock.release()
+            return None
+        return _holder(lock_file)
+
+    def _busy_message(self, holder: str) -> str:
+        what = KINDS[self.kind][0]
+        stop = f"stop it (kill {holder})" if holder.isdigit() else "stop it"
+        return (f"{self.path}: {what} is in progress there, written by hf_vanilla process {holder}; wait for it to "
+                f"finish, or {stop}, then run the command again")
+
     # ------------------------------------------------------------------------------------------
-    # Starting, finishing and undoing a write (call these holding the lock)
+    # Starting, finishing and undoing a write (call these holding the lock): the journal
 
     def recover(self) -> list[str]:
-        """Finish what a killed writer left half done: its committed replacement is deleted, an uncommitted one
-        put back, its work folders removed. Returns what was done, in words (also for a log line)."""
+        """Finish what a killed writer left half done, by its journal (see the module's docstring); remove its
+        work folders. Returns what was done, in words (also for a log line)."""
         done = []
         if (self.path / DISCARDED).exists():
             _remove(self.path / DISCARDED)
             done.append(f"deleted {DISCARDED}/, the files an interrupted --overwrite had already replaced")
-        if self.replaced.is_dir():
-            self.undo()
-            done.append(f"put back the files an interrupted --overwrite had moved into {REPLACED}/")
+        journal = self._journal() or self._older_journal()
+        if journal is not None:
+            phase = journal["phase"]
+            self._finish(journal)
+            done.append(self._recovered(phase, had_old=journal["record"] is not None))
         self._remove_work()
         real = self.path.resolve()
         for old in sorted(real.parent.glob(f".{real.name}.replaced-*")):  # outside the folder: reported, not touched
@@ -229,48 +269,106 @@ class OutputFolder:
     def begin(self, *, overwrite: bool) -> bool:
         """Claim the folder for a write. With ``overwrite``, hf_vanilla's own files of the previous write move
         aside (kept until :meth:`commit`, put back by :meth:`undo`); the user's stay in place. Returns whether
-        a previous write was moved aside."""
-        record = self.record()
-        replacing = record is not None and overwrite
-        if replacing:
-            aside = self.replaced
-            aside.mkdir()
-            for path in self.own_files():
-                os.replace(path, aside / path.name)
-            os.replace(self.path / RECORD, aside / RECORD)
-            fsync_path(self.path)
-        if record is None or overwrite:
-            self._write_record([])
-        return replacing
+        a previous write was moved aside. A folder that holds a write of ours and no ``overwrite`` is resumed:
+        no journal, its files stay whatever happens."""
+        if self._journal() is not None:
+            raise RuntimeError(f"{self.path / JOURNAL} is left from an interrupted write: recover() first")
+        previous = (self.path / RECORD).read_text(encoding="utf-8") if self.record() is not None else None
+        if previous is not None and not overwrite:
+            return False
+        names = [path.name for path in self.own_files()] if previous is not None else []
+        self._write_journal(ASIDE, names, previous)  # the intent, durably, before anything moves
+        if names:
+            self.replaced.mkdir(exist_ok=True)
+        for name in names:
+            os.replace(self.path / name, self.replaced / name)
+        fsync_path(self.path)
+        self._write_record([])
+        self._write_journal(NEW, names, previous)
+        return bool(names)
 
     def commit(self) -> None:
         """The new write has something to keep: from now on it stays (:meth:`undo` does nothing), and the
         previous write's files go for good."""
         self._committed = True
-        aside = self.replaced
-        if aside.exists():
-            os.replace(aside, self.path / DISCARDED)  # the point of no return, in one step
-            _remove(self.path / DISCARDED)
+        journal = self._journal()
+        if journal is None:
+            return
+        if journal["phase"] == NEW:
+            journal = self._write_journal(DISCARDING, journal["names"], journal["record"])  # the point of no return
+        self._finish(journal)
 
     def undo(self) -> None:
         """Put the folder back as this write found it (unless it committed): its own new files go, the previous
         files come back."""
         if self._committed:
             return
-        for path in self.own_files():
-            _remove(path)
-        self._remove_work()
-        aside = self.replaced
-        if not aside.is_dir():
-            with contextlib.suppress(FileNotFoundError):
-                (self.path / RECORD).unlink()
+        journal = self._journal()
+        if journal is not None:
+            self._finish(journal)
+
+    def _finish(self, journal: dict[str, Any]) -> None:
+        """Carry the journal's phase through to its end; every step can be repeated after a kill."""
+        names, previous = journal["names"], journal["record"]
+        if journal["phase"] == DISCARDING:
+            _remove(self.replaced)
+            (self.path / JOURNAL).unlink(missing_ok=True)
             return
-        self._write_record([])  # the new files are gone: a kill from here on must not remove the old ones
-        for path in sorted(aside.iterdir()):
-            if path.name != RECORD:
-                os.replace(path, self.path / path.name)
-        os.replace(aside / RECORD, self.path / RECORD)  # last: until here, the old files are not ours to remove
-        aside.rmdir()
+        if journal["phase"] == NEW:
+            for path in self.own_files():
+                _remove(path)
+            self._remove_work()
+            self._write_journal(ASIDE, names, previous)  # the new files are gone: from here on, only put back
+        for name in names:
+            if os.path.lexists(self.replaced / name):
+                os.replace(self.replaced / name, self.path / name)
+        if previous is None:
+            (self.path / RECORD).unlink(missing_ok=True)
+        else:
+            atomic_write_text(self.path / RECORD, previous)
+        _remove(self.replaced)
+        (self.path / JOURNAL).unlink(missing_ok=True)
+
+    def _recovered(self, phase: str, *, had_old: bool) -> str:
+        if phase == DISCARDING:
+            return (f"an interrupted --overwrite had committed: the new write stays, complete, and the files it "
+                    f"replaced (in {REPLACED}/) were deleted")
+        if had_old:
+            return (f"an interrupted --overwrite had not committed: what it replaced is back, complete (put back "
+                    f"from {REPLACED}/), and the interrupted write's own files were removed")
+        return ("an interrupted write had not committed (no checkpoint yet): its files were removed and the folder "
+                "is as it found it")
+
+    def _journal(self) -> dict[str, Any] | None:
+        journal = _read_own_json(self.path / JOURNAL)
+        if journal is None:
+            return None
+        names = journal.get("names") if isinstance(journal, dict) else None
+        valid = (isinstance(names, list) and all(_plain_name(name) for name in names)
+                 and journal.get("phase") in (ASIDE, NEW, DISCARDING)
+                 and (journal.get("record") is None or isinstance(journal.get("record"), str)))
+        if not valid:
+            raise UntrustedRecordError(f"{self.path / JOURNAL} is not a journal hf_vanilla wrote; it will not act "
+                                       "on it: restore it, or move it out of the folder")
+        return journal
+
+    def _older_journal(self) -> dict[str, Any] | None:
+        """The journal an hf_vanilla without journals implied by its ``.hf_vanilla-replaced/`` (it moved the
+        record last: with the record there the new write had begun; without, the move was cut short)."""
+        if not self.replaced.is_dir() or self.replaced.is_symlink():
+            return None
+        names = sorted(p.name for p in self.replaced.iterdir() if _plain_name(p.name))
+        aside_record = self.replaced / RECORD
+        if aside_record.is_file() and not aside_record.is_symlink():
+            return self._write_journal(NEW, names, aside_record.read_text(encoding="utf-8"))
+        current = self.path / RECORD
+        previous = current.read_text(encoding="utf-8") if self.record() is not None else None
+        return self._write_journal(ASIDE, names, previous)
+
+    def _write_journal(self, phase: str, names: list[str], record: str | None) -> dict[str, Any]:
+        journal = {"written_by": "hf_vanilla", "phase": phase, "names": sorted(names), "record": record}
+        atomic_write_json(self.path / JOURNAL, journal)
+        return journal
 
     # ------------------------------------------------------------------------------------------
     # Writing into it
@@ -278,19 +376,33 @@ class OutputFolder:
     def add(self, names: Iterable[str]) -> None:
         """Record ``names`` as files hf_vanilla writes here (before writing them: a kill never leaves one of ours
         unrecorded)."""
+        names = set(names)
+        if strays := sorted(name for name in names if not _plain_name(name)):
+            raise ValueError(f"cannot record {strays} in {self.path}: only plain names of files in it")
         record = self.record() or {"files": []}
-        files = sorted(set(record["files"]) | {name for name in names if _plain_name(name)})
+        files = sorted(set(record["files"]) | names)
         if files != record["files"] or record.get("kind") != self.kind:
             self._write_record(files)
 
-    @contextlib.contextmanager
-    def recording(self) -> Iterator[None]:
-        """Record every top-level entry the block creates or replaces (for writers whose file names are theirs
-        to choose: the Trainer's state, the run's outputs)."""
-        before = _entries(self.path)
-        yield
-        after = _entries(self.path)
-        self.add(name for name, stamp in after.items() if before.get(name) != stamp and not _is_ours_by_name(name))
+    def declare(self, name: str) -> Path:
+        """Record ``name`` as a file hf_vanilla writes here (before it is written) and return its path. A name
+        taken by a file hf_vanilla did not write is refused: that file is the user's."""
+        path = self.path / name
+        if os.path.lexists(path) and path not in self.own_files():
+            raise FileExistsError(f"{path} is not hf_vanilla's own (or is a symbolic link), and hf_vanilla replaces "
+                                  "only files it wrote: move it elsewhere, then run the same command again")
+        self.add([name])
+        return path
+
+    def remove(self, name: str) -> None:
+        """Delete one of hf_vanilla's own files or folders here, then drop it from the record (a kill in between
+        leaves a recorded name, never an unrecorded leftover)."""
+        path = self.path / name
+        if path not in self.own_files():
+            raise FileNotFoundError(f"{path} is not one of hf_vanilla's own files; it is left alone")
+        _remove(path)
+        record = self.record() or {"files": []}
+        self._write_record(sorted(set(record["files"]) - {name}))
 
     def fresh(self, name: str, create: bool = True) -> Path:
         """An empty work folder inside this one (removed by :meth:`publish`, or by the next :meth:`recover`);
@@ -349,6 +461,9 @@ class OutputFolder:
     def _remove_work(self) -> None:
         for work in self.path.glob(f"{FRESH_PREFIX}*"):
             _remove(work)
+        for temporary in self.path.glob("..hf_vanilla*.tmp"):
+            if TEMPORARY.fullmatch(temporary.name):
+                _remove(temporary)
 
     def _write_record(self, files: list[str]) -> None:
         atomic_write_json(self.path / RECORD, {"written_by": "hf_vanilla", "kind": self.kind, "files": files})
@@ -358,23 +473,31 @@ class OutputFolder:
 # Small helpers
 
 
-def _plain_name(name: str) -> bool:
-    """A single path component (a record edited by hand must not point outside the folder)."""
-    return bool(name) and name not in (".", "..") and "/" not in name and "\\" not in name and not _is_ours_by_name(name)
+def _read_own_json(path: Path) -> Any:
+    """The JSON in one of hf_vanilla's bookkeeping files, None when absent; refused when it cannot be ours."""
+    if path.is_symlink():
+        raise UntrustedRecordError(f"{path} is a symbolic link (to {os.readlink(path)}); hf_vanilla writes its "
+                                   "record as a plain file and will neither trust nor rewrite a link: remove the "
+                                   "link (the folder is then yours, and nothing in it hf_vanilla's)")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        raise UntrustedRecordError(f"{path} does not read as JSON ({error}); hf_vanilla did not write it and will "
+                                   "neither trust nor rewrite it: restore it, or move it out of the folder") from None
+
+
+def _plain_name(name: Any) -> bool:
+    """A single path component that is not bookkeeping (a record edited by hand must not point outside)."""
+    return (isinstance(name, str) and bool(name) and name not in (".", "..") and "/" not in name
+            and "\\" not in name and "\0" not in name and not _is_ours_by_name(name))
 
 
 def _is_ours_by_name(name: str) -> bool:
-    """The record, the lock and the work folders: hf_vanilla's bookkeeping, never a file of the user's."""
-    return name in (RECORD, LOCK, REPLACED, DISCARDED) or name.startswith(FRESH_PREFIX)
-
-
-def _entries(folder: Path) -> dict[str, tuple[int, int]]:
-    stamps = {}
-    for path in folder.iterdir():
-        with contextlib.suppress(OSError):
-            stat = path.lstat()
-            stamps[path.name] = (stat.st_ino, stat.st_mtime_ns)
-    return stamps
+    """The record, the journal, the lock and the work folders: hf_vanilla's bookkeeping, never a user's file."""
+    return (name in (RECORD, JOURNAL, LOCK, REPLACED, DISCARDED) or name.startswith(FRESH_PREFIX)
+            or bool(TEMPORARY.fullmatch(name)))
 
 
 def _remove(path: Path) -> None:
@@ -383,6 +506,22 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
     elif path.is_dir():
         shutil.rmtree(path)
+
+
+def _file_lock(path: Path) -> Any:
+    from filelock import FileLock
+
+    return FileLock(path, blocking=False, on_acquired=_write_pid)
+
+
+def _try_acquire(lock: Any) -> bool:
+    from filelock import Timeout
+
+    try:
+        lock.acquire()
+    except Timeout:
+        return False
+    return True
 
 
 def _write_pid(fd: int) -> None:
@@ -396,4 +535,3 @@ def _holder(path: Path) -> str:
         return path.read_text(encoding="utf-8", errors="replace").strip() or "unknown"
     except OSError:
         return "unknown"
-

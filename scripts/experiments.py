@@ -45,6 +45,8 @@ from transformers import TrainerCallback
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
+from hf_vanilla.checkpoint import atomic_write_text  # noqa: E402
+from hf_vanilla.output_folder import OutputFolder  # noqa: E402
 from hf_vanilla.training import TrainingDivergedError, get_task, train  # noqa: E402
 from hf_vanilla.training.options import make_options  # noqa: E402
 from hf_vanilla.training.sources import load_task_data  # noqa: E402
@@ -318,15 +320,17 @@ def run_experiment(name: str, out: Path, runs: Path, tiny: bool = False, data_fi
     narrows the experiment (``schemes=`` for extrapolation, ``learning_rates=`` and ``norms=`` for warmup)."""
     measure, table, plot, budget = EXPERIMENTS[name]
     budget = TINY if tiny else budget
-    start, where = time.perf_counter(), provenance()
-    result = measure(runs, budget, list(data_files), **grid)
-    record = dict(experiment=name, tiny=tiny, budget=asdict(budget), **where, **result,
-                  load_average_at_end=os.getloadavg(), wall_time_s=round(time.perf_counter() - start, 1),
-                  data=list(data_files) or "Shakespeare (hf_vanilla.corpora; test = Macbeth, Much Ado)")
-    out.mkdir(parents=True, exist_ok=True)
-    plot(result, out / f"{name}.png")
-    (out / f"{name}.md").write_text(table(result), encoding="utf-8")
-    (out / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    with OutputFolder(out, "experiments").locked() as folder:
+        # named in out's record before anything runs: a file of the user's of the same name is refused now
+        figure, markdown, data = (folder.declare(f"{name}.{suffix}") for suffix in ("png", "md", "json"))
+        start, where = time.perf_counter(), provenance()
+        result = measure(runs, budget, list(data_files), **grid)
+        record = dict(experiment=name, tiny=tiny, budget=asdict(budget), **where, **result,
+                      load_average_at_end=os.getloadavg(), wall_time_s=round(time.perf_counter() - start, 1),
+                      data=list(data_files) or "Shakespeare (hf_vanilla.corpora; test = Macbeth, Much Ado)")
+        plot(result, figure)
+        atomic_write_text(markdown, table(result))
+        atomic_write_text(data, json.dumps(record, indent=1) + "\n")
     print(table(result))
     print(f"{name}: {record['wall_time_s']} s; written to {out}/{name}.{{png,md,json}}")
     return record

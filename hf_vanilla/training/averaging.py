@@ -18,9 +18,10 @@ logger = logging.getLogger(__name__)
 
 
 def newest_checkpoints(run_dir: Path, count: int) -> list[Path]:
-    """The ``count`` newest ``checkpoint-N`` folders of a run, oldest first."""
-    found = [p for p in run_dir.glob("checkpoint-*") if p.is_dir() and p.name.rsplit("-", 1)[-1].isdigit()]
-    return sorted(found, key=lambda p: int(p.name.rsplit("-", 1)[-1]))[-count:]
+    """The ``count`` newest ``checkpoint-N`` folders the run's record lists, oldest first."""
+    from .trainer import recorded_checkpoints
+
+    return recorded_checkpoints(run_dir)[-count:]
 
 
 def averaged_weights(checkpoints: list[Path]) -> dict[str, torch.Tensor]:

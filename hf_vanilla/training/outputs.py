@@ -15,6 +15,7 @@ from ..checkpoint import atomic_write_json, atomic_write_text
 from .rundir import RUN_RECORD
 
 if TYPE_CHECKING:
+    from ..output_folder import OutputFolder
     from .options import TrainOptions
     from .tasks import Task
 
@@ -64,8 +65,8 @@ def run_record(task: Task, opts: TrainOptions, *, description: dict[str, Any], t
     }
 
 
-def write_run_record(run_dir: Path, record: dict[str, Any]) -> None:
-    atomic_write_json(run_dir / RUN_RECORD, record)
+def write_run_record(folder: OutputFolder, record: dict[str, Any]) -> None:
+    atomic_write_json(folder.declare(RUN_RECORD), record)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -175,14 +176,15 @@ def stop_line(done: dict[str, Any]) -> str:
     return f"STOPPED EARLY: {done['stop_reason']} ({steps})" if done["stopped_early"] else f"completed all {steps}"
 
 
-def write_outputs(run_dir: Path, task: Task, *, metrics: dict, baseline: dict, samples: list, timings: dict,
+def write_outputs(folder: OutputFolder, task: Task, *, metrics: dict, baseline: dict, samples: list, timings: dict,
                   done: dict, record: dict, log_history: list) -> None:
-    """metrics.json, run.json (completed), curves.png and the model card README.md."""
+    """metrics.json, run.json (completed), curves.png and the model card README.md, each named in the run's
+    record before it is written."""
     from ..card import build_model_card
     from ..viz import plot_training_curves
 
-    atomic_write_json(run_dir / "metrics.json", {"task": task.name, **done, "metrics": metrics,
-                                                 "baseline": baseline, "timing": timings, "samples": samples})
-    write_run_record(run_dir, record)
-    plot_training_curves(log_history, task=task.name, baseline=baseline, path=run_dir / "curves.png")
-    atomic_write_text(run_dir / "README.md", build_model_card(run_dir).content)
+    atomic_write_json(folder.declare("metrics.json"), {"task": task.name, **done, "metrics": metrics,
+                                                       "baseline": baseline, "timing": timings, "samples": samples})
+    write_run_record(folder, record)
+    plot_training_curves(log_history, task=task.name, baseline=baseline, path=folder.declare("curves.png"))
+    atomic_write_text(folder.declare("README.md"), build_model_card(folder.path).content)

@@ -103,7 +103,7 @@ def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list) ->
         if is_main:
             for line in folder.recover():
                 logger.warning("%s: %s", run_dir, line)
-        resume_from = resume_checkpoint(run_dir, opts, is_main)
+        resume_from = resume_checkpoint(run_dir, opts)
         with ctrl_c_ends_the_run(run_dir, is_main, BEFORE_TRAINING, resumed_from=resume_from):
             with state.main_process_first():  # the main process trains the tokenizer and fills the caches
                 from .sources import load_task_data
@@ -132,8 +132,7 @@ def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list) ->
                 warn_if_fsdp_dropped(distributed_type)
                 from .outputs import run_record, write_run_record
 
-                with folder.recording():
-                    write_run_record(run_dir, run_record(task, opts, status="running", **record))
+                write_run_record(folder, run_record(task, opts, status="running", **record))
         with ctrl_c_ends_the_run(run_dir, is_main, DURING_TRAINING):
             train_seconds = fit(trainer, resume_from, total_steps, callbacks.interrupt)
             undo.pop_all()  # the new run has checkpointed (or finished): the old one is gone for good
@@ -158,13 +157,13 @@ def has_accelerator() -> bool:
     return torch.cuda.is_available()
 
 
-def resume_checkpoint(run_dir: Path, opts: TrainOptions, is_main: bool) -> Path | None:
+def resume_checkpoint(run_dir: Path, opts: TrainOptions) -> Path | None:
     """The checkpoint to continue from (the newest readable one), or None for a fresh start."""
     from .trainer import find_resume_checkpoint
 
     if not opts.resume or (opts.resume == "latest" and not run_dir.is_dir()):
         return None
-    return find_resume_checkpoint(run_dir, opts.resume, clean=is_main)
+    return find_resume_checkpoint(run_dir, opts.resume)
 
 
 def obtain_tokenizer(task: Task, raw, run_dir: Path, opts: TrainOptions, resume_from: Path | None, is_main: bool):
@@ -392,9 +391,11 @@ def check_stopped(run_dir: Path, trainer, callbacks: RunCallbacks, opts: TrainOp
 
 
 def newest_checkpoint(run_dir: Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
+    """The run's newest recorded checkpoint (the one --resume goes on from), or None."""
+    from .trainer import recorded_checkpoints
 
-    return get_last_checkpoint(str(run_dir)) if run_dir.is_dir() else None
+    checkpoints = recorded_checkpoints(run_dir) if run_dir.is_dir() else []
+    return str(checkpoints[-1]) if checkpoints else None
 
 
 #: Where a bare Ctrl-C (one StopOnInterrupt did not turn into a stop at a step's end) can land, as messages say it.
@@ -462,8 +463,7 @@ def finish(task: Task, folder: OutputFolder, opts: TrainOptions, trainer, raw, d
             samples = task.samples(model, tokenizer, raw, data, evaluation, opts)
     model.config.use_cache = use_cache
     save_final_model(trainer, folder, is_main)
-    with recorded(folder, is_main):
-        trainer.save_state()
+    save_trainer_state(trainer, folder, is_main)
     durations = callbacks.timer.durations
     stopped_at = callbacks.time_limit.stopped_at if callbacks.time_limit else None
     done = completion(planned_steps=trainer.args.max_steps, completed_steps=trainer.state.global_step,
@@ -478,10 +478,9 @@ def finish(task: Task, folder: OutputFolder, opts: TrainOptions, trainer, raw, d
         timings = timing(task, opts, wall_time_s=result.wall_time_s, train_time_s=train_seconds,
                          steps=result.global_step, durations=durations, world=record["world"],
                          stopped_by_time_limit_at=stopped_at)
-        with folder.recording():
-            write_outputs(run_dir, task, metrics=result.metrics, baseline=result.baseline, samples=samples,
-                          timings=timings, done=done, record=run_record(task, opts, status="completed", **record),
-                          log_history=result.log_history)
+        write_outputs(folder, task, metrics=result.metrics, baseline=result.baseline, samples=samples,
+                      timings=timings, done=done, record=run_record(task, opts, status="completed", **record),
+                      log_history=result.log_history)
     return result
 
 
@@ -509,6 +508,10 @@ def save_final_model(trainer, folder: OutputFolder, is_main: bool) -> None:
     trainer.accelerator.wait_for_everyone()
 
 
-def recorded(folder: OutputFolder, is_main: bool) -> contextlib.AbstractContextManager:
-    """Record what the block writes into the run folder (the main process writes; the others only take part)."""
-    return folder.recording() if is_main else contextlib.nullcontext()
+def save_trainer_state(trainer, folder: OutputFolder, is_main: bool) -> None:
+    """The Trainer's trainer_state.json at the top of the run (the main process writes it, named first)."""
+    from transformers.trainer import TRAINER_STATE_NAME
+
+    if is_main:
+        folder.declare(TRAINER_STATE_NAME)
+    trainer.save_state()

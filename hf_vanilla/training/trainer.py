@@ -6,18 +6,12 @@ import copy
 import functools
 import logging
 import os
+import re
 import shutil
 from pathlib import Path
 
-from ..checkpoint import (
-    clear_disk_errors,
-    ensure_code_files,
-    fsync_path,
-    fsync_tree,
-    make_shareable,
-    remove_stale_staging,
-)
-from ..output_folder import OutputFolder
+from ..checkpoint import clear_disk_errors, ensure_code_files, fsync_path, fsync_tree, make_shareable
+from ..output_folder import OutputFolder, own_files
 
 logger = logging.getLogger(__name__)
 
@@ -27,43 +21,54 @@ def trainer_classes() -> tuple[type, type]:
     """``(VanillaTrainer, VanillaSeq2SeqTrainer)``: built on first use, so importing this module stays light."""
     from torch.utils.data import SequentialSampler
     from transformers import Seq2SeqTrainer, Trainer
-    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length, rotate_checkpoints
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length
 
     class AtomicCheckpointMixin:
-        """Trainer checkpoints that appear all at once, always carry the model code, and say "No space left
-        on device" when the disk fills.
+        """Trainer checkpoints that appear all at once, always carry the model code, are the run's own by its
+        record, and say "No space left on device" when the disk fills.
 
         transformers writes ``checkpoint-N`` file by file in place, so a run killed while saving leaves a
-        folder that resuming picks (it is the newest) but cannot load. Here every process writes into
-        ``.staging-checkpoint-N/checkpoint-N`` (a name the Trainer's checkpoint search ignores); the main
-        process adds the code files, flushes and publishes the folder with one ``os.replace``.
+        folder that resuming picks (it is the newest) but cannot load. Here every process writes into a work
+        folder of the run (``.hf_vanilla-fresh-checkpoint-N/checkpoint-N``); the main process adds the code
+        files, flushes, records the name and publishes the folder with one ``os.replace``. Rotation
+        (``save_total_limit``) deletes only checkpoints the run's record lists, never a folder of the user's
+        that merely looks like one (``checkpoint-3-best``, ``checkpoint-1.bak``).
         """
 
         def _save_checkpoint(self, model, trial):  # type: ignore[override]
-            run_dir = Path(self._get_output_dir(trial=trial))
+            folder = OutputFolder(self._get_output_dir(trial=trial), "run")
             name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            staging_root, final = run_dir / f".staging-{name}", run_dir / name
-            if self.args.should_save:
-                shutil.rmtree(staging_root, ignore_errors=True)
-                staging_root.mkdir(parents=True)
+            work = folder.fresh(name, create=self.args.should_save)
             self.accelerator.wait_for_everyone()
             real_output_dir = self.args.output_dir
-            self.args.output_dir = str(staging_root)  # super() writes to <output_dir>/checkpoint-N
+            self.args.output_dir = str(work)  # super() writes to <output_dir>/checkpoint-N (and rotates there)
             try:
-                with clear_disk_errors(final):
+                with clear_disk_errors(folder.path / name):
                     super()._save_checkpoint(model, trial)
             except BaseException:
-                shutil.rmtree(staging_root, ignore_errors=True)
+                shutil.rmtree(work, ignore_errors=True)
                 raise
             finally:
                 self.args.output_dir = real_output_dir
             self.accelerator.wait_for_everyone()  # every rank's files (RNG states, shards) are written
             if self.args.should_save:
-                self._publish(staging_root / name, final)
-                shutil.rmtree(staging_root, ignore_errors=True)
-                rotate_checkpoints(output_dir=str(run_dir), save_total_limit=self.args.save_total_limit,
-                                   best_model_checkpoint=self.state.best_model_checkpoint)
+                self._publish(folder, work / name)
+                shutil.rmtree(work, ignore_errors=True)
+                self._rotate_recorded(folder)
             self.accelerator.wait_for_everyone()
+
+        def _rotate_recorded(self, folder: OutputFolder) -> None:
+            """transformers' rotation (keep the newest and the best), over the run's recorded checkpoints only."""
+            limit = self.args.save_total_limit
+            if limit is None or limit <= 0:
+                return
+            checkpoints = recorded_checkpoints(folder.path)
+            best = self.state.best_model_checkpoint
+            protected = {checkpoints[-1].name} | ({Path(best).name} if best else set())
+            surplus = len(checkpoints) - max(limit, len(protected))
+            for checkpoint in [c for c in checkpoints if c.name not in protected][:max(surplus, 0)]:
+                logger.info("deleting %s (save_total_limit=%d)", checkpoint, limit)
+                folder.remove(checkpoint.name)
 
         def _get_eval_sampler(self, eval_dataset):
             # transformers 5.24 also groups *evaluation* batches by length when training does, so predict()
@@ -73,15 +78,15 @@ def trainer_classes() -> tuple[type, type]:
             return SequentialSampler(eval_dataset) if self.args.world_size <= 1 else None
 
         @staticmethod
-        def _publish(staged: Path, final: Path) -> None:
+        def _publish(folder: OutputFolder, staged: Path) -> None:
             ensure_code_files(staged)
             make_shareable(staged)
             fsync_tree(staged)
-            OutputFolder(final.parent, "run").add([final.name])  # recorded first: a kill never leaves it unrecorded
+            final = folder.declare(staged.name)  # recorded first: a kill never leaves it unrecorded
             if final.exists():  # same step saved before (a resumed run re-saving): replace it
                 shutil.rmtree(final)
             os.replace(staged, final)
-            fsync_path(final.parent)
+            fsync_path(folder.path)
 
     class VanillaTrainer(AtomicCheckpointMixin, Trainer):
         """``Trainer`` with atomic, self-contained checkpoints."""
@@ -135,12 +140,19 @@ def checkpoint_step(checkpoint: Path) -> int:
     return int(json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["global_step"])
 
 
-def find_resume_checkpoint(run_dir: Path, resume: str, clean: bool = True) -> Path | None:
-    """The checkpoint to resume from: ``resume`` itself, or (``"latest"``) the newest one that reads back.
+def recorded_checkpoints(run_dir: Path) -> list[Path]:
+    """The run's ``checkpoint-N`` folders, oldest first: those its record lists (a folder of the user's named
+    like one, ``checkpoint-3-best`` or even ``checkpoint-4``, is not the run's)."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-    A damaged newest checkpoint is named in a warning and skipped for the previous good one. ``clean``
-    removes the staging folders of saves that were killed (the main process does).
-    """
+    name = re.compile(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)")
+    found = [path for path in own_files(run_dir) if path.is_dir() and name.fullmatch(path.name)]
+    return sorted(found, key=lambda path: int(name.fullmatch(path.name).group(1)))
+
+
+def find_resume_checkpoint(run_dir: Path, resume: str) -> Path | None:
+    """The checkpoint to resume from: ``resume`` itself, or (``"latest"``) the newest recorded one that reads
+    back. A damaged newest checkpoint is named in a warning and skipped for the previous good one."""
     if resume != "latest":
         checkpoint = Path(resume)
         if not checkpoint.is_dir():
@@ -149,10 +161,7 @@ def find_resume_checkpoint(run_dir: Path, resume: str, clean: bool = True) -> Pa
         if problem:
             raise ValueError(f"cannot resume from {checkpoint}: {problem}")
         return checkpoint
-    if clean:
-        remove_stale_staging(run_dir, "checkpoint")
-    candidates = sorted((p for p in run_dir.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()),
-                        key=lambda p: int(p.name.split("-")[-1]), reverse=True)
+    candidates = recorded_checkpoints(run_dir)[::-1]
     for checkpoint in candidates:
         problem = checkpoint_problem(checkpoint)
         if problem is None:

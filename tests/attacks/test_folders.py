@@ -22,7 +22,7 @@ import pytest
 import hf_vanilla  # noqa: F401  (registers the Auto classes)
 from hf_vanilla import training as T
 from hf_vanilla.convert import convert_checkpoint
-from hf_vanilla.output_folder import DISCARDED, RECORD, REPLACED, OutputFolder, own_files
+from hf_vanilla.output_folder import JOURNAL, RECORD, REPLACED, OutputFolder, UntrustedRecordError, own_files
 from tests.factories import tiny_model
 from tests.test_train import TINY, corpus, text_files  # noqa: F401  (corpus is a fixture)
 
@@ -165,17 +165,43 @@ def test_another_kind_of_hf_vanilla_folder_is_not_overwritten(tmp_path):
         OutputFolder(folder, "run").check(overwrite=True)
 
 
-def test_a_record_edited_to_point_outside_names_nothing_outside(tmp_path):
+@pytest.mark.parametrize("record", [
+    json.dumps({"kind": "run", "files": ["../outside.txt"]}), json.dumps({"kind": "run", "files": ["/etc/passwd"]}),
+    json.dumps({"kind": "run", "files": ["."]}), json.dumps({"kind": "run", "files": ["sub/model.safetensors"]}),
+    json.dumps({"kind": "run", "files": "model.safetensors"}), '{"kind": "run", "files": [', "[]"])
+def test_a_record_hf_vanilla_cannot_have_written_is_refused_never_trusted_nor_rewritten(tmp_path, record):
+    """A record naming anything but a plain name in the folder, or not JSON, is refused by every reader (the
+    old code dropped the bad names and went on, then rewrote the record as its own)."""
     outside = tmp_path / "outside.txt"
     outside.write_text("keep")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / RECORD).write_text(json.dumps({"kind": "run", "files": ["../outside.txt", "/etc/passwd", ".", ".."]}))
-    assert own_files(run_dir) == []
-    with OutputFolder(run_dir).locked() as folder:
+    (run_dir / RECORD).write_text(record)
+    (run_dir / "model.safetensors").write_text("mine")
+    before = snapshot(run_dir)
+    with pytest.raises(UntrustedRecordError, match=rf"{RECORD} .*hf_vanilla did not write it and will neither "
+                                                   "trust nor rewrite it: restore it, or move it out"):
+        OutputFolder(run_dir).check(overwrite=True)
+    with pytest.raises(UntrustedRecordError):
+        own_files(run_dir)
+    with pytest.raises(UntrustedRecordError), OutputFolder(run_dir).locked() as folder:
         folder.begin(overwrite=True)
-        folder.undo()
-    assert outside.read_text() == "keep"
+    assert snapshot(run_dir) == before and outside.read_text() == "keep"
+
+
+def test_a_symlinked_record_is_refused_and_the_users_files_stay(corpus, tmp_path):  # noqa: F811
+    """The issue's case: a folder of the user's own model files whose record is a link to another run's record;
+    --overwrite replaced all of them on main."""
+    other = fake_run(tmp_path / "other-run")
+    mine = tmp_path / "my-model"
+    mine.mkdir()
+    (mine / "model.safetensors").write_bytes(b"my weights")
+    (mine / "run.json").write_text("{}")
+    (mine / RECORD).symlink_to(Path("..") / "other-run" / RECORD)
+    before, theirs = snapshot(mine), snapshot(other)
+    with pytest.raises(UntrustedRecordError, match=rf"{RECORD} is a symbolic link .*neither trust nor rewrite"):
+        T.train("clm", mine, **tiny(corpus, overwrite=True))
+    assert snapshot(mine) == before and snapshot(other) == theirs
 
 
 # ----------------------------------------------------------------------------------------------
@@ -274,8 +300,9 @@ def _killed_during_overwrite(run_dir: Path, *, committed: bool) -> None:
     (work / "model.safetensors").write_bytes(b"new weights")
     folder.publish(work)
     folder.fresh("final-model")  # a work folder, half written
-    if committed:
-        os.replace(run_dir / REPLACED, run_dir / DISCARDED)
+    if committed:  # killed right after the commit's point of no return
+        journal = json.loads((run_dir / JOURNAL).read_text())
+        (run_dir / JOURNAL).write_text(json.dumps(dict(journal, phase="discarding")))
 
 
 def test_a_killed_overwrite_is_undone_by_the_next_run_and_never_piles_up(corpus, tmp_path, stop_after_claiming):  # noqa: F811
@@ -285,14 +312,17 @@ def test_a_killed_overwrite_is_undone_by_the_next_run_and_never_piles_up(corpus,
     for _ in range(2):  # killed twice: still one copy of the old run
         _killed_during_overwrite(run_dir, committed=False)
         with OutputFolder(run_dir).locked() as folder:
-            assert folder.recover() == [f"put back the files an interrupted --overwrite had moved into {REPLACED}/"]
+            assert folder.recover() == [f"an interrupted --overwrite had not committed: what it replaced is back, "
+                                        f"complete (put back from {REPLACED}/), and the interrupted write's own "
+                                        "files were removed"]
         assert snapshot(run_dir) == before
     _killed_during_overwrite(run_dir, committed=False)
 
     def look():  # the next run put the old run back before moving it aside again: one copy, the whole old run
         aside = snapshot(run_dir / REPLACED)
         assert aside == {k: v for k, v in before.items() if k.split("/")[0] in ("run.json", "model.safetensors",
-                                                                                 "checkpoint-1", RECORD)}
+                                                                                 "checkpoint-1")}
+        assert json.loads((run_dir / JOURNAL).read_text())["record"].encode() == before[RECORD]  # its record
         assert not list(run_dir.glob(".hf_vanilla-fresh-*"))  # the killed run's work folder went too
 
     stop_after_claiming(look)
@@ -306,7 +336,7 @@ def test_a_killed_overwrite_past_its_commit_is_finished(tmp_path):
     users_files(run_dir)
     _killed_during_overwrite(run_dir, committed=True)
     with OutputFolder(run_dir).locked() as folder:
-        assert "deleted" in folder.recover()[0]
+        assert folder.recover()[0].startswith("an interrupted --overwrite had committed: the new write stays")
     assert sorted(p.name for p in run_dir.iterdir()) == [RECORD, "eval", "model.safetensors", "my-notes.txt"]
 
 
@@ -355,7 +385,7 @@ def test_convert_overwrite_replaces_its_own_conversion_and_keeps_the_users_files
     assert sorted(p.name for p in own_files(out)) == first
     assert (out / "my-notes.txt").is_file() and (out / "eval" / "scores.csv").is_file()
     assert (out / "stale-shard.safetensors").read_bytes() == b"mine, not the conversion's"
-    assert not (out / REPLACED).exists() and not (out / DISCARDED).exists()
+    assert not (out / REPLACED).exists() and not (out / JOURNAL).exists()
 
 
 def test_convert_into_the_sources_parent_is_refused(native_checkpoint):

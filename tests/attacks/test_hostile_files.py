@@ -88,6 +88,7 @@ def test_a_newest_checkpoint_without_its_tokenizer_is_skipped_for_the_previous_o
     import torch
     from safetensors.torch import save_file
 
+    from hf_vanilla.output_folder import OutputFolder
     from hf_vanilla.training.trainer import find_resume_checkpoint
 
     for step, tokenizer in ((2, "{}"), (4, None), (6, '{"trunc')):
@@ -97,7 +98,8 @@ def test_a_newest_checkpoint_without_its_tokenizer_is_skipped_for_the_previous_o
         save_file({"w": torch.zeros(2)}, str(checkpoint / "model.safetensors"))
         if tokenizer is not None:
             (checkpoint / "tokenizer.json").write_text(tokenizer)
-    assert find_resume_checkpoint(tmp_path, "latest", clean=False) == tmp_path / "checkpoint-2"
+    OutputFolder(tmp_path).add(["checkpoint-2", "checkpoint-4", "checkpoint-6"])  # the run's own: resume goes by its record
+    assert find_resume_checkpoint(tmp_path, "latest") == tmp_path / "checkpoint-2"
     with pytest.raises(ValueError, match=r"cannot resume from .*checkpoint-4: .*tokenizer\.json is unreadable"):
         find_resume_checkpoint(tmp_path, str(tmp_path / "checkpoint-4"))
 
