@@ -384,15 +384,22 @@ class OutputFolder:
         if files != record["files"] or record.get("kind") != self.kind:
             self._write_record(files)
 
+    def claim(self, names: Iterable[str]) -> None:
+        """Record ``names`` as files hf_vanilla is about to write here, refusing (before anything is recorded or
+        written) a name taken by a file hf_vanilla did not write: that file is the user's."""
+        names = sorted(set(names))
+        own = {p.name for p in self.own_files()}
+        taken = [name for name in names if os.path.lexists(self.path / name) and name not in own]
+        if taken:
+            raise FileExistsError(f"{', '.join(taken)} in {self.path} {'is' if len(taken) == 1 else 'are'} not "
+                                  "hf_vanilla's own (or a symbolic link), and hf_vanilla replaces only files it "
+                                  "wrote: move them elsewhere, then run the same command again")
+        self.add(names)
+
     def declare(self, name: str) -> Path:
-        """Record ``name`` as a file hf_vanilla writes here (before it is written) and return its path. A name
-        taken by a file hf_vanilla did not write is refused: that file is the user's."""
-        path = self.path / name
-        if os.path.lexists(path) and path not in self.own_files():
-            raise FileExistsError(f"{path} is not hf_vanilla's own (or is a symbolic link), and hf_vanilla replaces "
-                                  "only files it wrote: move it elsewhere, then run the same command again")
-        self.add([name])
-        return path
+        """:meth:`claim` one name; its path, to write."""
+        self.claim([name])
+        return self.path / name
 
     def remove(self, name: str) -> None:
         """Delete one of hf_vanilla's own files or folders here, then drop it from the record (a kill in between
@@ -418,13 +425,7 @@ class OutputFolder:
         the names first; then remove ``work``. A name taken by a file hf_vanilla did not write is refused
         before anything moves. Returns the names published."""
         names = sorted(p.name for p in work.iterdir())
-        own = {p.name for p in self.own_files()}
-        taken = [n for n in names if (os.path.lexists(self.path / n)) and n not in own]
-        if taken:
-            raise FileExistsError(f"{', '.join(taken)} in {self.path} {'is' if len(taken) == 1 else 'are'} not "
-                                  "hf_vanilla's own (or a symbolic link), and hf_vanilla replaces only files it "
-                                  "wrote: move them elsewhere, then run the same command again")
-        self.add(names)
+        self.claim(names)
         make_shareable(work)
         for name in names:
             target = self.path / name

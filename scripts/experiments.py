@@ -23,6 +23,10 @@ training-loss curves), ``warmup.md`` and ``warmup.json``.
 ``--tiny`` runs the same code in seconds (a tiny model, a few steps, short lengths): the default test
 suite runs it end to end. ``--data-files`` trains on local text instead of Shakespeare (as
 ``hf-vanilla train``), which is how the tests run it offline.
+
+The outputs go into ``--out`` through hf_vanilla's output folder: each name is entered in the folder's record
+(``.hf_vanilla.json``; docs/figures has one for the committed figures) before anything is measured, and a
+file of the same name that the record does not list is yours: it is refused then, never replaced.
 """
 
 from __future__ import annotations
@@ -322,7 +326,9 @@ def run_experiment(name: str, out: Path, runs: Path, tiny: bool = False, data_fi
     budget = TINY if tiny else budget
     with OutputFolder(out, "experiments").locked() as folder:
         # named in out's record before anything runs: a file of the user's of the same name is refused now
-        figure, markdown, data = (folder.declare(f"{name}.{suffix}") for suffix in ("png", "md", "json"))
+        names = [f"{name}.{suffix}" for suffix in ("png", "md", "json")]
+        folder.claim(names)
+        figure, markdown, data = (folder.path / file for file in names)
         start, where = time.perf_counter(), provenance()
         result = measure(runs, budget, list(data_files), **grid)
         record = dict(experiment=name, tiny=tiny, budget=asdict(budget), **where, **result,

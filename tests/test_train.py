@@ -317,12 +317,12 @@ def test_resume_after_sigkill_reproduces_the_uninterrupted_run(reference_run, tm
         child.wait()
     assert child.returncode == -signal.SIGKILL
     assert not (run_dir / "model.safetensors").exists()  # it really died mid-run
-    (run_dir / ".staging-checkpoint-99").mkdir()  # as a save killed half-way would leave it
+    (run_dir / ".hf_vanilla-fresh-checkpoint-99").mkdir()  # as a save killed half-way would leave it
 
     result = T.train("clm", run_dir, **dict(options, resume=True))
     run = json.loads((run_dir / "run.json").read_text())
     assert run["resumed_from"].endswith(("checkpoint-3", "checkpoint-6"))
-    assert result.global_step == 9 and not (run_dir / ".staging-checkpoint-99").exists()
+    assert result.global_step == 9 and not (run_dir / ".hf_vanilla-fresh-checkpoint-99").exists()
     assert losses(run_dir) == losses(reference_dir)  # bitwise, including the steps after the kill
     reference, resumed = weights(reference_dir), weights(run_dir)
     assert all(torch.equal(reference[k], resumed[k]) for k in reference)
