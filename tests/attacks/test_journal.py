@@ -161,30 +161,19 @@ def test_an_overwrite_killed_at_any_file_operation_leaves_the_old_or_the_new_wri
     assert until_it_completes(step) > 10  # begin, two publishes and the commit: every one of their operations
 
 
-def test_a_commit_killed_at_any_file_operation_leaves_the_old_or_the_new_write_complete(states, kill_at):
+@pytest.mark.parametrize("ending", ["commit", "undo"])
+def test_a_commit_or_an_undo_killed_at_any_file_operation_leaves_a_complete_write(states, kill_at, ending):
+    """A commit leaves the old write or the new one; an undo, the old one."""
     def step(n: int) -> bool:
-        path, old, new = states(f"commit-{n}")
+        path, old, new = states(f"{ending}-{n}")
         folder = OutputFolder(path)
         folder.begin(overwrite=True)
         write_new(folder)
-        killed = kill_at(n, folder.commit)
-        check_recovered(path, old, new, recover(path))
+        killed = kill_at(n, getattr(folder, ending))
+        check_recovered(path, old, new if ending == "commit" else old, recover(path))
         return killed
 
     assert until_it_completes(step) >= 2
-
-
-def test_an_undo_killed_at_any_file_operation_leaves_the_old_write_complete(states, kill_at):
-    def step(n: int) -> bool:
-        path, old, new = states(f"undo-{n}")
-        folder = OutputFolder(path)
-        folder.begin(overwrite=True)
-        write_new(folder)
-        killed = kill_at(n, folder.undo)
-        check_recovered(path, old, old, recover(path))
-        return killed
-
-    assert until_it_completes(step) >= 5
 
 
 def test_a_recovery_killed_at_any_file_operation_is_finished_by_the_next(states, kill_at):
