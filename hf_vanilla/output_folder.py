@@ -241,8 +241,8 @@ class OutputFolder:
     def _busy_message(self, holder: str) -> str:
         what = KINDS[self.kind][0]
         stop = f"stop it (kill {holder})" if holder.isdigit() else "stop it"
-        return (f"{self.path}: {what} is in progress there, written by hf_vanilla process {holder}; wait for it to "
-                f"finish, or {stop}, then run the command again")
+        return (f"{self.path}: {what} is in progress there (an hf_vanilla process, pid {holder}, is writing it); "
+                f"wait for it to finish, or {stop}, then run the command again")
 
     # ------------------------------------------------------------------------------------------
     # Starting, finishing and undoing a write (call these holding the lock): the journal

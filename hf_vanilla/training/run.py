@@ -124,6 +124,8 @@ def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list) ->
             total_steps = plan_steps(len(data["train"]), opts, state.num_processes)
             args = training_arguments(task, run_dir, opts, total_steps, model.config.hidden_size, use_cpu)
             callbacks = RunCallbacks.make(opts, folder, extra_callbacks)
+            if is_main:
+                claim_tracker_logs(folder, opts)
             trainer = make_trainer(task, model, args, tokenizer, data, opts, callbacks.all())
             distributed_type = str(trainer.accelerator.distributed_type.value)
             record = dict(description=description, tokenizer=tokenizer, model=model, args=args,
@@ -330,6 +332,16 @@ class RunCallbacks:
     def all(self) -> list:
         return [c for c in (self.guard, self.timer, self.interrupt, self.time_limit, self.keep, *self.extra)
                 if c is not None]
+
+
+def claim_tracker_logs(folder: OutputFolder, opts: TrainOptions) -> None:
+    """TensorBoard writes its event files under ``<output_dir>/runs/`` (transformers' default_logdir): the
+    run's own, named before the Trainer creates it."""
+    trackers = {name.strip() for name in str(opts.report_to).split(",")}
+    if trackers & {"tensorboard", "all"}:
+        from transformers.integrations.integration_utils import default_logdir
+
+        folder.claim([Path(default_logdir()).parts[0]])
 
 
 def make_trainer(task: Task, model, args, tokenizer, data, opts: TrainOptions, callbacks: list):

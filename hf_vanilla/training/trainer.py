@@ -52,23 +52,10 @@ def trainer_classes() -> tuple[type, type]:
                 self.args.output_dir = real_output_dir
             self.accelerator.wait_for_everyone()  # every rank's files (RNG states, shards) are written
             if self.args.should_save:
-                self._publish(folder, work / name)
+                publish_checkpoint(folder, work / name)
                 shutil.rmtree(work, ignore_errors=True)
-                self._rotate_recorded(folder)
+                rotate_recorded(folder, self.args.save_total_limit, self.state.best_model_checkpoint)
             self.accelerator.wait_for_everyone()
-
-        def _rotate_recorded(self, folder: OutputFolder) -> None:
-            """transformers' rotation (keep the newest and the best), over the run's recorded checkpoints only."""
-            limit = self.args.save_total_limit
-            if limit is None or limit <= 0:
-                return
-            checkpoints = recorded_checkpoints(folder.path)
-            best = self.state.best_model_checkpoint
-            protected = {checkpoints[-1].name} | ({Path(best).name} if best else set())
-            surplus = len(checkpoints) - max(limit, len(protected))
-            for checkpoint in [c for c in checkpoints if c.name not in protected][:max(surplus, 0)]:
-                logger.info("deleting %s (save_total_limit=%d)", checkpoint, limit)
-                folder.remove(checkpoint.name)
 
         def _get_eval_sampler(self, eval_dataset):
             # transformers 5.24 also groups *evaluation* batches by length when training does, so predict()
@@ -76,17 +63,6 @@ def trainer_classes() -> tuple[type, type]:
             if self.args.train_sampling_strategy != "group_by_length" or not has_length(eval_dataset):
                 return super()._get_eval_sampler(eval_dataset)
             return SequentialSampler(eval_dataset) if self.args.world_size <= 1 else None
-
-        @staticmethod
-        def _publish(folder: OutputFolder, staged: Path) -> None:
-            ensure_code_files(staged)
-            make_shareable(staged)
-            fsync_tree(staged)
-            final = folder.declare(staged.name)  # recorded first: a kill never leaves it unrecorded
-            if final.exists():  # same step saved before (a resumed run re-saving): replace it
-                shutil.rmtree(final)
-            os.replace(staged, final)
-            fsync_path(folder.path)
 
     class VanillaTrainer(AtomicCheckpointMixin, Trainer):
         """``Trainer`` with atomic, self-contained checkpoints."""
@@ -105,6 +81,32 @@ def trainer_classes() -> tuple[type, type]:
                 self.model.generation_config = settings
 
     return VanillaTrainer, VanillaSeq2SeqTrainer
+
+
+def publish_checkpoint(folder: OutputFolder, staged: Path) -> None:
+    """Move a checkpoint saved into a work folder into the run, whole: code files added, flushed, its name
+    recorded first (a kill never leaves it unrecorded), then one ``os.replace``."""
+    ensure_code_files(staged)
+    make_shareable(staged)
+    fsync_tree(staged)
+    final = folder.declare(staged.name)
+    if final.exists():  # same step saved before (a resumed run re-saving): replace it
+        shutil.rmtree(final)
+    os.replace(staged, final)
+    fsync_path(folder.path)
+
+
+def rotate_recorded(folder: OutputFolder, limit: int | None, best: str | None) -> None:
+    """transformers' rotation (``save_total_limit``: keep the newest and the best), over the run's recorded
+    checkpoints only."""
+    if limit is None or limit <= 0:
+        return
+    checkpoints = recorded_checkpoints(folder.path)
+    protected = {checkpoints[-1].name} | ({Path(best).name} if best else set())
+    surplus = len(checkpoints) - max(limit, len(protected))
+    for checkpoint in [c for c in checkpoints if c.name not in protected][:max(surplus, 0)]:
+        logger.info("deleting %s (save_total_limit=%d)", checkpoint, limit)
+        folder.remove(checkpoint.name)
 
 
 def checkpoint_problem(checkpoint: Path) -> str | None:
