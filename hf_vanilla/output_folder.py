@@ -347,9 +347,9 @@ class OutputFolder:
         valid = (isinstance(names, list) and all(_plain_name(name) for name in names)
                  and journal.get("phase") in (ASIDE, NEW, DISCARDING)
                  and (journal.get("record") is None or isinstance(journal.get("record"), str)))
-        if not valid:
-            raise UntrustedRecordError(f"{self.path / JOURNAL} is not a journal hf_vanilla wrote; it will not act "
-                                       "on it: restore it, or move it out of the folder")
+        if not valid or self.replaced.is_symlink():  # a link would move files in from where it points
+            raise UntrustedRecordError(f"{self.path / JOURNAL} is not a journal hf_vanilla wrote (or {REPLACED} is "
+                                       "a link); it will not act on it: restore it, or move it out of the folder")
         return journal
 
     def _older_journal(self) -> dict[str, Any] | None:

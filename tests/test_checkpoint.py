@@ -198,7 +198,7 @@ def test_a_staging_folder_in_use_by_another_writer_is_not_removed(tmp_path):
 
     live, dead = tmp_path / ".staging-corpus-live", tmp_path / ".staging-corpus-dead"
     live.mkdir(), dead.mkdir()
-    with held_lock(live):  # flock is per open file: a second open in this process contends like another process
+    with held_lock(live):  # a lock is per open file: a second open in this process contends like another process
         remove_stale_staging(tmp_path, "corpus")
         assert live.is_dir() and not dead.exists()
     remove_stale_staging(tmp_path, "corpus")

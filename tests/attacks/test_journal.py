@@ -24,7 +24,7 @@ import pytest
 
 import hf_vanilla  # noqa: F401  (registers the Auto classes)
 from hf_vanilla import training as T
-from hf_vanilla.output_folder import JOURNAL, LOCK, RECORD, FolderBusyError, OutputFolder, own_files
+from hf_vanilla.output_folder import JOURNAL, LOCK, RECORD, REPLACED, FolderBusyError, OutputFolder, own_files
 from tests.attacks.test_folders import snapshot
 from tests.test_train import TINY, corpus, text_files  # noqa: F401  (corpus is a fixture)
 
@@ -244,6 +244,23 @@ def test_a_sigkilled_overwrite_is_recovered(tmp_path):
         process.wait()
     lines = recover(run_dir)
     assert snapshot(run_dir) == before and "is back" in lines[0]
+
+
+def test_a_journal_whose_aside_folder_is_a_link_moves_nothing_in(tmp_path):
+    """A hand-made journal beside a ``.hf_vanilla-replaced`` that links elsewhere would pull that folder's files
+    into the run folder on recovery: refused, nothing moved."""
+    from hf_vanilla.output_folder import UntrustedRecordError
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "secret.txt").write_text("private")
+    run_dir = old_run(tmp_path / "run")
+    (run_dir / REPLACED).symlink_to(elsewhere)
+    (run_dir / JOURNAL).write_text(json.dumps({"phase": "aside", "names": ["secret.txt"], "record": None}))
+    before = snapshot(run_dir)
+    with pytest.raises(UntrustedRecordError, match=f"{REPLACED} is a link"):
+        recover(run_dir)
+    assert snapshot(run_dir) == before and (elsewhere / "secret.txt").read_text() == "private"
 
 
 # ----------------------------------------------------------------------------------------------
