@@ -867,6 +867,17 @@ class VanillaModel(VanillaPreTrainedModel):
     def get_decoder(self):
         return self.decoder if self.decoder is not None else self
 
+    def default_decoder_input_ids(self, input_ids: torch.Tensor | None) -> torch.Tensor:
+        """BartModel's default decoder inputs: the source itself, shifted right behind the start token (so the
+        feature-extraction pipeline and classification heads can pass input_ids alone)."""
+        if input_ids is None:
+            raise ValueError(
+                "An encoder-decoder given neither decoder_input_ids nor decoder_inputs_embeds builds its decoder "
+                "inputs from input_ids shifted right (as BartModel does); inputs_embeds alone are not enough. Pass "
+                "input_ids, or the decoder inputs."
+            )
+        return shift_tokens_right(input_ids, self.config.pad_token_id, self.config.decoder_start_token_id)
+
     @accepts_past_key_values
     @can_return_tuple
     def forward(
@@ -916,6 +927,8 @@ class VanillaModel(VanillaPreTrainedModel):
                 attentions=outputs.attentions,
             )
 
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
+            decoder_input_ids = self.default_decoder_input_ids(input_ids)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids,
@@ -1266,8 +1279,6 @@ class VanillaForSequenceClassification(VanillaUnderstandingHead):
         decoder_inputs_embeds: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> SequenceClassifierOutput | Seq2SeqSequenceClassifierOutput:
-        if self.config.is_encoder_decoder and decoder_input_ids is None and decoder_inputs_embeds is None:
-            decoder_input_ids = self._decoder_input_ids(input_ids)
         outputs = self._encode(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
             decoder_input_ids=decoder_input_ids, decoder_attention_mask=decoder_attention_mask,
@@ -1287,16 +1298,6 @@ class VanillaForSequenceClassification(VanillaUnderstandingHead):
             logits=logits,
             **seq2seq_states(outputs),
         )
-
-    def _decoder_input_ids(self, input_ids: torch.Tensor | None) -> torch.Tensor:
-        """BartModel's default decoder inputs: the source itself, shifted right behind the start token."""
-        if input_ids is None:
-            raise ValueError(
-                "VanillaForSequenceClassification on an encoder-decoder needs input_ids: the decoder reads them "
-                "shifted right and the classifier pools at their last EOS (as BartForSequenceClassification); "
-                "inputs_embeds alone are not enough."
-            )
-        return shift_tokens_right(input_ids, self.config.pad_token_id, self.config.decoder_start_token_id)
 
 
 class VanillaForTokenClassification(VanillaUnderstandingHead):
