@@ -158,7 +158,8 @@ def _differs(native: Any, name: str, other: str, problems: Problems, soft: bool 
 
 def _llama_unsupported(native: Any, problems: Problems) -> None:
     # Llama's default RoPE rotates the whole head; hf_vanilla would honour a partial factor.
-    factor = (native.rope_parameters or {}).get("partial_rotary_factor", 1.0)
+    # getattr's default: a VanillaConfig (to_hf checks ours here too) has rope_parameters only with RoPE.
+    factor = (getattr(native, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0)
     if factor != 1.0:
         problems.hard.append(f"rope_parameters['partial_rotary_factor']={factor} (Llama ignores it)")
 
