@@ -23,6 +23,7 @@ from .configuration_vanilla import (
 # isort: split
 import functools
 import math
+import sys
 from collections.abc import Callable
 
 import torch
@@ -72,6 +73,20 @@ from .positional import (
 
 #: The name model outputs give the cache, and that generate() reads it back by (and passes it to forward with).
 CACHE_NAME = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+#: The projections LoRA adapts when ``LoraConfig()`` names none (as PEFT's defaults for Llama).
+LORA_TARGET_MODULES = ("q_proj", "v_proj")
+
+
+def tell_peft_lora_targets() -> None:
+    """PEFT finds LoRA's default targets only in its own table keyed by ``model_type``, and reads nothing from the
+    model: enter this model type there when PEFT is already imported (this file imports nothing beyond torch and
+    transformers), so a model loaded through remote code alone takes a bare ``LoraConfig()``."""
+    constants = sys.modules.get("peft.utils.constants")
+    if constants is not None:
+        constants.TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.setdefault(VanillaConfig.model_type,
+                                                                                list(LORA_TARGET_MODULES))
 
 
 def cache_field(cache: Cache | None) -> dict[str, Cache | None]:
@@ -505,6 +520,7 @@ class VanillaPreTrainedModel(PreTrainedModel):
         # from_pretrained / from_config set the requested backend on the config before building the model.
         refuse_attention_dropping_bias(config, config._attn_implementation)
         check_rope_settings(config)  # a RoPE option assigned after the config was built would be ignored
+        tell_peft_lora_targets()  # here, not at import: PEFT may be imported after this file, before the model
         super().__init__(config, *args, **kwargs)
 
     def save_pretrained(self, *args, **kwargs) -> None:
