@@ -49,18 +49,20 @@ def register() -> None:
         model = getattr(modeling_vanilla, name)
         getattr(transformers, auto_name).register(VanillaConfig, model, exist_ok=True)
         model.register_for_auto_class(auto_name)
-    _register_peft_defaults(VanillaConfig.model_type)
+    _register_peft_defaults()
 
 
-def _register_peft_defaults(model_type: str) -> None:
+def _register_peft_defaults() -> None:
     """Tell PEFT which modules LoRA adapts by default, so `LoraConfig()` needs no `target_modules`."""
     import importlib.util
 
     if importlib.util.find_spec("peft") is None:
         return
-    from peft.utils import constants
+    import peft.utils.constants  # noqa: F401  (the package may import PEFT; the model files only tell an imported one)
 
-    constants.TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.setdefault(model_type, ["q_proj", "v_proj"])
+    from .modeling_vanilla import tell_peft_lora_targets
+
+    tell_peft_lora_targets()
 
 
 def _started_as_command() -> bool:

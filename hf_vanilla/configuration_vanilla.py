@@ -15,6 +15,7 @@ anything that release may lack; modeling_vanilla.py and positional.py import it 
 """
 
 import copy
+import dataclasses
 import inspect
 import itertools
 import math
@@ -224,7 +225,8 @@ class VanillaConfig(PreTrainedConfig):
     max_position_embeddings: int = 512
     position_offset: int = 0
     sinusoidal_layout: str = "interleaved"
-    rope_parameters: dict | None = None
+    # A factory, not a default, leaves no class attribute: a config without RoPE has no rope_parameters at all.
+    rope_parameters: dict | None = dataclasses.field(default_factory=lambda: None)
     relative_attention_num_buckets: int = 32
     relative_attention_max_distance: int = 128
     norm_position: str = "post"
@@ -299,7 +301,9 @@ class VanillaConfig(PreTrainedConfig):
         check_inactive_options(self, rope_scaling=kwargs.get("rope_scaling"))
         super().__post_init__(**kwargs)
         if self.position_embedding_type != "rope":
-            self.rope_parameters = None  # the base class fills in RoPE defaults; without RoPE they would only mislead
+            # As GPT-2's config: tools (transformers' common tests among them) take hasattr(config, "rope_parameters")
+            # to mean RoPE; the base class's defaults would only mislead.
+            self.__dict__.pop("rope_parameters", None)
         # Checked here as well as by `@strict` so the error is a plain ValueError naming the field.
         self.check_fields()
 
@@ -536,7 +540,7 @@ def check_inactive_options(
         condition, active, default = INACTIVE_UNLESS[name]
         if active(config):
             continue
-        value = getattr(config, name)
+        value = getattr(config, name, default)  # rope_parameters exists only with RoPE (or once a tool assigns it)
         if name == "rope_parameters":
             value = rope_scaling or value
             ignored = value is not None and value not in _BASE_ROPE_DEFAULTS

@@ -23,6 +23,7 @@ from .configuration_vanilla import (
 # isort: split
 import functools
 import math
+import sys
 from collections.abc import Callable
 
 import torch
@@ -72,6 +73,20 @@ from .positional import (
 
 #: The name model outputs give the cache, and that generate() reads it back by (and passes it to forward with).
 CACHE_NAME = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+#: The projections LoRA adapts when ``LoraConfig()`` names none (as PEFT's defaults for Llama).
+LORA_TARGET_MODULES = ("q_proj", "v_proj")
+
+
+def tell_peft_lora_targets() -> None:
+    """PEFT finds LoRA's default targets only in its own table keyed by ``model_type``, and reads nothing from the
+    model: enter this model type there when PEFT is already imported (this file imports nothing beyond torch and
+    transformers), so a model loaded through remote code alone takes a bare ``LoraConfig()``."""
+    constants = sys.modules.get("peft.utils.constants")
+    if constants is not None:
+        constants.TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.setdefault(VanillaConfig.model_type,
+                                                                                list(LORA_TARGET_MODULES))
 
 
 def cache_field(cache: Cache | None) -> dict[str, Cache | None]:
@@ -505,6 +520,7 @@ class VanillaPreTrainedModel(PreTrainedModel):
         # from_pretrained / from_config set the requested backend on the config before building the model.
         refuse_attention_dropping_bias(config, config._attn_implementation)
         check_rope_settings(config)  # a RoPE option assigned after the config was built would be ignored
+        tell_peft_lora_targets()  # here, not at import: PEFT may be imported after this file, before the model
         super().__init__(config, *args, **kwargs)
 
     def save_pretrained(self, *args, **kwargs) -> None:
@@ -867,6 +883,17 @@ class VanillaModel(VanillaPreTrainedModel):
     def get_decoder(self):
         return self.decoder if self.decoder is not None else self
 
+    def default_decoder_input_ids(self, input_ids: torch.Tensor | None) -> torch.Tensor:
+        """BartModel's default decoder inputs: the source itself, shifted right behind the start token (so the
+        feature-extraction pipeline and classification heads can pass input_ids alone)."""
+        if input_ids is None:
+            raise ValueError(
+                "An encoder-decoder given neither decoder_input_ids nor decoder_inputs_embeds builds its decoder "
+                "inputs from input_ids shifted right (as BartModel does); inputs_embeds alone are not enough. Pass "
+                "input_ids, or the decoder inputs."
+            )
+        return shift_tokens_right(input_ids, self.config.pad_token_id, self.config.decoder_start_token_id)
+
     @accepts_past_key_values
     @can_return_tuple
     def forward(
@@ -916,6 +943,8 @@ class VanillaModel(VanillaPreTrainedModel):
                 attentions=outputs.attentions,
             )
 
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
+            decoder_input_ids = self.default_decoder_input_ids(input_ids)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids,
@@ -1266,8 +1295,6 @@ class VanillaForSequenceClassification(VanillaUnderstandingHead):
         decoder_inputs_embeds: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> SequenceClassifierOutput | Seq2SeqSequenceClassifierOutput:
-        if self.config.is_encoder_decoder and decoder_input_ids is None and decoder_inputs_embeds is None:
-            decoder_input_ids = self._decoder_input_ids(input_ids)
         outputs = self._encode(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
             decoder_input_ids=decoder_input_ids, decoder_attention_mask=decoder_attention_mask,
@@ -1287,16 +1314,6 @@ class VanillaForSequenceClassification(VanillaUnderstandingHead):
             logits=logits,
             **seq2seq_states(outputs),
         )
-
-    def _decoder_input_ids(self, input_ids: torch.Tensor | None) -> torch.Tensor:
-        """BartModel's default decoder inputs: the source itself, shifted right behind the start token."""
-        if input_ids is None:
-            raise ValueError(
-                "VanillaForSequenceClassification on an encoder-decoder needs input_ids: the decoder reads them "
-                "shifted right and the classifier pools at their last EOS (as BartForSequenceClassification); "
-                "inputs_embeds alone are not enough."
-            )
-        return shift_tokens_right(input_ids, self.config.pad_token_id, self.config.decoder_start_token_id)
 
 
 class VanillaForTokenClassification(VanillaUnderstandingHead):

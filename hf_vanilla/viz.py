@@ -717,7 +717,8 @@ def write_positional_figures(out_dir: str | Path, config: VanillaConfig | None =
     d_model = config.hidden_size if config is not None else 512
     heads = config.num_attention_heads if config is not None else 8
     head_dim = config.head_dim if config is not None else 64
-    theta = float(config.rope_parameters.get("rope_theta", 10000.0)) if config is not None and config.rope_parameters else 10000.0
+    rope = getattr(config, "rope_parameters", None)  # present only when the config has RoPE
+    theta = float(rope.get("rope_theta", 10000.0)) if rope else 10000.0
     interleaved = config.sinusoidal_layout == "interleaved" if config is not None else True
     relative = None
     if model is not None:

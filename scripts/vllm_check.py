@@ -276,17 +276,21 @@ def load_transformers(folder: Path, attn: str = "sdpa"):
 
 def transformers_completions(model, prompts: Sequence[Sequence[int]], new_tokens: int) -> list[Completion]:
     """Greedy ``generate()`` one prompt at a time (no padding), then one forward over prompt + new tokens for the
-    logprobs: of each prompt token, of each new token, and the top-2 margin where each new token was chosen."""
+    logprobs: of each prompt token, of each new token, and the top-2 margin where each new token was chosen.
+
+    The model's own generation config is replaced by plain greedy decoding without EOS, as vLLM is asked for
+    (``ignore_eos=True``): ``generate()`` fills every setting a config passed to it leaves None from the model's,
+    so the folder's ``eos_token_id`` would otherwise end a prompt early."""
     import torch
     from transformers import GenerationConfig
 
-    greedy = GenerationConfig(max_new_tokens=new_tokens, do_sample=False, eos_token_id=None, pad_token_id=0,
-                              use_cache=True)
+    model.generation_config = GenerationConfig(max_new_tokens=new_tokens, do_sample=False, eos_token_id=None,
+                                               pad_token_id=0, use_cache=True)
     completions = []
     with torch.inference_mode():
         for prompt in prompts:
             ids = torch.tensor([list(prompt)])
-            generated = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=greedy)
+            generated = model.generate(ids, attention_mask=torch.ones_like(ids))
             new = generated[0, ids.shape[1]:]
             if len(new) != new_tokens:
                 raise RuntimeError(f"generate() gave {len(new)} new tokens, asked for {new_tokens}.")

@@ -136,6 +136,32 @@ def test_automodel_loads_and_builds_every_family_in_a_process_without_the_packag
     ]
 
 
+def test_a_bare_lora_config_adapts_every_family_loaded_through_remote_code_alone(tmp_path):
+    """PEFT keys LoRA's default targets by model_type and reads nothing else from the model: the model files tell an
+    imported PEFT when a model is built, so ``LoraConfig()`` works without ``import hf_vanilla`` (it failed:
+    'Please specify `target_modules`')."""
+    pytest.importorskip("peft")
+    folders = {}
+    for family in FAMILIES:
+        tiny_model(family, "rope").save_pretrained(tmp_path / family)
+        folders[family] = str(tmp_path / family)
+    script = textwrap.dedent(f"""
+        import peft
+        from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
+        heads = {{"encoder": AutoModelForMaskedLM, "decoder": AutoModelForCausalLM,
+                  "encoder-decoder": AutoModelForSeq2SeqLM}}
+        for family, folder in {folders!r}.items():
+            model = heads[family].from_pretrained(folder, trust_remote_code=True)
+            assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
+            adapted = peft.get_peft_model(model, peft.LoraConfig())
+            targeted = sorted({{name.split(".")[-1] for name, module in adapted.named_modules() if hasattr(module, "lora_A")}})
+            print("LORA", family, *targeted)
+    """)
+    result = run_without_package(script, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split("\n")[:3] == [f"LORA {family} q_proj v_proj" for family in FAMILIES]
+
+
 # ----------------------------------------------------------------------------------------------
 # Construction: the stacks from the config alone, everything on the meta device
 

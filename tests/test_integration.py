@@ -91,6 +91,18 @@ def test_text_classification_pipeline():
     assert out[0]["label"] in {"war", "peace", "love"} and 0 < out[0]["score"] <= 1
 
 
+def test_feature_extraction_pipeline_on_a_bare_encoder_decoder():
+    """The pipeline passes input_ids alone: the decoder reads them shifted right, as with BartModel."""
+    torch.manual_seed(0)
+    model, tokenizer = hv.VanillaModel(tiny_config("encoder-decoder")).eval(), tiny_tokenizer("encoder")
+    features = pipeline("feature-extraction", model=model, tokenizer=tokenizer)("the queen speak", return_tensors=True)
+    encoded = tokenizer("the queen speak", return_tensors="pt")
+    decoder_input_ids = hv.modeling_vanilla.shift_tokens_right(encoded["input_ids"], 0, model.config.decoder_start_token_id)
+    with torch.no_grad():
+        expected = model(**encoded, decoder_input_ids=decoder_input_ids).last_hidden_state
+    torch.testing.assert_close(features, expected, rtol=0, atol=0)
+
+
 def test_peft_lora_with_default_targets_saves_and_reloads(tmp_path):
     peft = pytest.importorskip("peft")
     model = tiny_model("decoder", "rope")

@@ -157,6 +157,23 @@ def test_bad_inputs_get_clear_errors():
         seq2seq(decoder_input_ids=torch.tensor([[3]]))
 
 
+def test_bare_encoder_decoder_given_input_ids_alone_shifts_them_into_the_decoder_as_bart_does():
+    """BartModel builds decoder_input_ids from input_ids shifted right when none are given; tools that know only
+    input_ids (the feature-extraction pipeline) rely on it."""
+    from transformers.models.bart.modeling_bart import shift_tokens_right as bart_shift
+
+    torch.manual_seed(0)
+    config = tiny_config("encoder-decoder", bos_token_id=1, decoder_start_token_id=2)
+    model = hv.VanillaModel(config).eval()
+    ids, mask = padded_batch()
+    with torch.no_grad():
+        alone = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        explicit = model(input_ids=ids, attention_mask=mask, decoder_input_ids=bart_shift(ids, 0, 2)).last_hidden_state
+    torch.testing.assert_close(alone, explicit, rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"neither decoder_input_ids nor decoder_inputs_embeds.*Pass input_ids"):
+        model(inputs_embeds=torch.randn(2, 5, 32))
+
+
 @pytest.mark.parametrize("name", [n for n in hv.modeling_vanilla.__all__ if n != "VanillaPreTrainedModel"])
 def test_forward_signatures_advertise_transformers_kwargs(name):
     """Tools read `**kwargs: Unpack[TransformersKwargs]` from the signature (auto_docstring's kwargs probe:

@@ -30,7 +30,8 @@ from tests.factories import FAMILIES, model_inputs, padded_batch, tiny_model
 TRAVELLING = {"modeling_vanilla.py", "configuration_vanilla.py", "positional.py"}
 #: Standard-library modules a model file legitimately needs: none of them touches the file system or the host.
 PURE_STDLIB = {"__future__", "typing", "math", "copy", "dataclasses", "collections", "functools", "itertools",
-               "inspect"}  # inspect: the signature of a registered attention function (does it take position_bias)
+               "inspect",  # inspect: the signature of a registered attention function (does it take position_bias)
+               "sys"}  # sys: sys.modules, whether PEFT is imported (to tell it LoRA's default targets)
 #: transformers' own configuration files import `strict` from here (a hard dependency of transformers).
 TRANSFORMERS_CONFIG_HELPER = "huggingface_hub.dataclasses"
 AUTO_FOR_FAMILY = {"encoder": AutoModelForMaskedLM, "decoder": AutoModelForCausalLM,

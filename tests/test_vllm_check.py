@@ -205,6 +205,19 @@ def test_transformers_completions_are_its_greedy_tokens_and_log_softmax(pair):
         assert len(answer.prompt_logprobs) == len(prompt) - 1 and all(m >= 0 for m in answer.margins)
 
 
+def test_a_folder_whose_generation_config_ends_at_a_greedy_token_still_gives_every_token_asked_for(pair, tmp_path):
+    """vLLM is asked to ignore EOS; the reference must too, whatever eos_token_id the folder's generation config
+    names (generate() fills a passed config's None from the model's: 'generate() gave 1 new tokens, asked for 5')."""
+    prompts = vllm_check.make_prompts([3, 7], TINY.vocab, seed=1)
+    plain = vllm_check.transformers_completions(vllm_check.load_transformers(pair["vanilla"]), prompts, new_tokens=5)
+    model = vllm_check.load_transformers(pair["vanilla"])
+    model.generation_config.eos_token_id = plain[0].tokens[0]  # greedy decoding's first token ends the first prompt
+    model.save_pretrained(tmp_path)
+    stopping = vllm_check.load_transformers(tmp_path)
+    assert stopping.generation_config.eos_token_id == plain[0].tokens[0]
+    assert vllm_check.transformers_completions(stopping, prompts, new_tokens=5) == plain
+
+
 def test_the_llama_of_the_pair_computes_what_hf_vanilla_computes(pair):
     prompts = vllm_check.make_prompts([4, 9], TINY.vocab, seed=1)
     vanilla, llama = (vllm_check.transformers_completions(vllm_check.load_transformers(pair[name]), prompts, 6)
