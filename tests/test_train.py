@@ -244,19 +244,24 @@ def test_evaluate_refuses_a_folder_without_run_json(tmp_path, capsys):
     assert "run.json" in capsys.readouterr().err
 
 
-def test_generate_prints_the_models_continuation(reference_run, capsys):
-    """`hf-vanilla generate RUN PROMPT`: the saved model's own generate, decoded without the prompt."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def test_generate_prints_the_prompt_and_its_continuation_as_the_pipeline_does(reference_run, capsys):
+    """`hf-vanilla generate RUN PROMPT`: the saved model's own generate, printed as transformers' text-generation
+    pipeline returns it (the prompt, then the continuation); --no-return-full-text: the continuation alone."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
     from hf_vanilla.cli import main
 
     run_dir, _ = reference_run
-    assert main(["generate", str(run_dir), "the king", "--max-new-tokens", "5", "--no-do-sample"]) == 0
+    greedy = ["generate", str(run_dir), "the king", "--max-new-tokens", "5", "--no-do-sample"]
+    assert main(greedy) == 0
+    full = capsys.readouterr().out
     model, tokenizer = AutoModelForCausalLM.from_pretrained(run_dir).eval(), AutoTokenizer.from_pretrained(run_dir)
-    ids = tokenizer("the king", return_tensors="pt")["input_ids"]
-    with torch.no_grad():
-        greedy = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=5, do_sample=False)
-    assert capsys.readouterr().out == tokenizer.decode(greedy[0, ids.shape[1]:], skip_special_tokens=True) + "\n"
+    generator = pipeline("text-generation", model=model, tokenizer=tokenizer)
+    (expected,) = generator("the king", max_new_tokens=5, do_sample=False)
+    assert full == expected["generated_text"] + "\n" and full.startswith("the king")
+    assert main([*greedy, "--no-return-full-text"]) == 0
+    (continuation,) = generator("the king", max_new_tokens=5, do_sample=False, return_full_text=False)
+    assert capsys.readouterr().out == continuation["generated_text"] + "\n" != full
     # Sampling (the run saved do_sample=True) is seeded: the same seed, the same text.
     sampled = [main(["generate", str(run_dir), "the king", "--seed", "4"]) or capsys.readouterr().out for _ in "ab"]
     assert sampled[0] == sampled[1]
