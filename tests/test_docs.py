@@ -149,7 +149,7 @@ def test_docs_name_no_path_outside_the_repository_and_no_placeholder():
 NEEDS_OTHER_HARDWARE = {
     "scripts/accelerate/ddp.yaml": "8 GPUs",
     "scripts/accelerate/multi_node.yaml": "2 machines with 8 GPUs each",
-    "scripts/accelerate/fsdp.yaml": "GPUs (accelerate 1.15 drops FSDP on CPU)",
+    "scripts/accelerate/fsdp.yaml": "GPUs (accelerate 1.16 drops FSDP on CPU)",
     "scripts/accelerate/deepspeed_zero2.yaml": "GPUs and DeepSpeed",
     "scripts/accelerate/deepspeed_zero3.yaml": "GPUs and DeepSpeed",
 }

@@ -349,7 +349,7 @@ def make_trainer(task: Task, model, args, tokenizer, data, opts: TrainOptions, c
 
 
 def warn_if_fsdp_dropped(distributed_type: str) -> None:
-    # accelerate 1.15 turns FSDP on only for multi-accelerator states (MULTI_GPU, XPU, NPU, ...); on CPU
+    # accelerate 1.16 turns FSDP on only for multi-accelerator states (MULTI_GPU, XPU, NPU, ...); on CPU
     # (MULTI_CPU, gloo) it drops the request. Say so rather than pretend to shard.
     if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and distributed_type != "FSDP":
         logger.warning("FSDP was requested but accelerate runs this job as %s (FSDP needs GPUs or other "
