@@ -56,7 +56,7 @@ class RunResult:
     global_step: int
     wall_time_s: float
     time_per_step_s: float | None
-    #: planned_steps, completed_steps, stopped_early, stop_reason (see :func:`.outputs.completion`)
+    #: planned_steps, completed_steps, stopped_early, stop_reason, how_to_finish (see :func:`.outputs.completion`)
     completion: dict[str, Any]
 
 
