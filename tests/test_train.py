@@ -978,6 +978,20 @@ def test_the_main_job_has_no_time_limit_and_names_its_own_command_to_finish(monk
     assert asked[1]["resume_command"] == f"bash scripts/main_job.sh --output-dir {tmp_path / 'r'} --time-limit 30 --resume"
 
 
+def test_the_main_job_ends_a_ctrl_c_in_one_line_and_exit_130(monkeypatch, capsys):
+    import runpy
+
+    def train(*args, **options):
+        raise T.TrainingInterruptedError(f"interrupted during training; To continue, run `{options['resume_command']}`.",
+                                         "runs/main-shakespeare/checkpoint-50")
+
+    monkeypatch.setattr(T, "train", train)
+    main = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "main_job.py"))["main"]
+    assert main([]) == 130
+    assert capsys.readouterr().err == ("main_job: interrupted during training; To continue, run "
+                                       "`bash scripts/main_job.sh --resume`.\n")
+
+
 def test_the_main_job_compares_recipes_by_fields_and_rates_over_its_own():
     import argparse
     import runpy
