@@ -281,8 +281,17 @@ def _limitations(run: Mapping[str, Any]) -> str:
 
 
 def _stop_note(metrics: Mapping[str, Any], run: Mapping[str, Any]) -> str | None:
-    """Why training ran fewer steps than planned, or None when it ran them all. Runs saved before metrics.json
-    said so (no ``stopped_early``) are read from their time-limit record."""
+    """Why training ran fewer steps than planned and how to finish it, or None when it ran them all. Runs saved
+    before metrics.json said so (no ``stopped_early``) are read from their time-limit record."""
+    reason = _stop_reason(metrics, run)
+    if reason is None:
+        return None
+    how = metrics.get("how_to_finish") or "run the same command with `--resume`"  # runs saved before it was kept
+    return (f"{reason}. The figures on this card are those of a shorter run than planned; to train on from the last "
+            f"checkpoint to the planned step, {how}")
+
+
+def _stop_reason(metrics: Mapping[str, Any], run: Mapping[str, Any]) -> str | None:
     if "stopped_early" in metrics:
         return metrics["stop_reason"] if metrics["stopped_early"] else None
     at = metrics.get("timing", {}).get("stopped_by_time_limit_at")

@@ -63,7 +63,9 @@ def add_generate(subparsers: argparse._SubParsersAction) -> None:
         "generate",
         help="generate text with a trained causal LM or translation model",
         description="Load RUN (a training run or any save_pretrained folder of a decoder or encoder-decoder model, "
-        "with its tokenizer) and print the continuation of PROMPT (decoder) or its translation (encoder-decoder). "
+        "with its tokenizer) and print PROMPT followed by its continuation (decoder; --no-return-full-text: the "
+        "continuation alone), as transformers' text-generation pipeline returns it, or PROMPT's translation "
+        "(encoder-decoder). "
         "Unset options take the values saved in RUN's generation_config.json.",
     )
     generate.add_argument("run_dir", metavar="RUN", help="the model folder (local files only)")
@@ -76,6 +78,9 @@ def add_generate(subparsers: argparse._SubParsersAction) -> None:
     generate.add_argument("--temperature", type=float, help="sampling temperature (with --do-sample)")
     generate.add_argument("--top-k", type=int, help="sample from the k likeliest tokens (with --do-sample)")
     generate.add_argument("--seed", type=int, default=0, help="seed of the sampling")
+    generate.add_argument("--return-full-text", action=argparse.BooleanOptionalAction, default=True,
+                          help="print the prompt before a decoder's continuation (the text-generation pipeline's "
+                               "default); --no-return-full-text prints the continuation alone")
     generate.set_defaults(func=_later("hf_vanilla.inference", "run_generate"))
 
 

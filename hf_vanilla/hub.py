@@ -248,6 +248,11 @@ def _check_kept_card(card: str, folder: Path, publish_samples: bool) -> None:
 
 
 def _check_run_dir(folder: Path, files: dict[str, Path]) -> None:
+    if "config.json" not in files and "run.json" in files:  # stopped before training finished (--allow-incomplete)
+        raise FileNotFoundError(
+            f"{folder} is a training run that has not saved its model yet (a run saves it when training finishes): "
+            "finish it with `hf-vanilla train ... --resume`, then push"
+        )
     if "config.json" not in files:
         raise FileNotFoundError(
             f"{folder} has no config.json: is it a saved model or a training run directory?"
@@ -288,12 +293,15 @@ def check_finished(run: dict[str, Any], folder: Path) -> None:
 @dataclass(frozen=True)
 class PushResult:
     """A finished push: the Hub's ``CommitInfo`` (``.oid``, ``.commit_url``, ``.repo_url``), the paths uploaded,
-    the top-level names of the folder that stayed local and which sample outputs were left out (None: none)."""
+    the top-level names of the folder that stayed local and which sample outputs were left out (None: none).
+    ``unchanged``: the branch already held exactly these files, so huggingface_hub made no commit (and dropped the
+    commit message); ``commit`` is then the commit the branch was already at."""
 
     commit: Any
     uploaded: list[str]
     skipped: list[str]
     samples_left_out: str | None = None
+    unchanged: bool = False
 
 
 def _local_upload(folder: Path, include: Sequence[str], allow_incomplete: bool,
@@ -303,9 +311,10 @@ def _local_upload(folder: Path, include: Sequence[str], allow_incomplete: bool,
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder} is not a directory")
     plan = plan_upload(folder, include)
-    _check_run_dir(folder, plan.files)
+    # How the run ended first: a run stopped before it saved its model has no config.json, and that is why.
     if "run.json" in plan.files and not allow_incomplete:
         check_finished(json.loads(plan.files["run.json"].read_text(encoding="utf-8")), folder)
+    _check_run_dir(folder, plan.files)
     patched_config = _with_auto_map(json.loads(plan.files["config.json"].read_text(encoding="utf-8")))
     operations: dict[str, Any] = dict(plan.files)
     if patched_config is not None:
@@ -367,7 +376,7 @@ def push_run(
     api = api if api is not None else HfApi(token=token)
     try:
         with requests_time_out(timeout):
-            commit = _commit(
+            commit, unchanged = _commit(
                 api, folder, repo_id, operations, card, revision, private, commit_message, rebuild_card
             )
     except HfHubHTTPError as error:
@@ -386,7 +395,7 @@ def push_run(
             f"The Hub at {api.endpoint} did not answer within {timeout:g} s ({type(error).__name__}). Nothing was "
             "committed: run the push again (it starts afresh), or allow longer with timeout=/--timeout SECONDS."
         ) from error
-    return PushResult(commit, sorted([*operations, CARD_FILE]), plan.skipped, samples_note)
+    return PushResult(commit, sorted([*operations, CARD_FILE]), plan.skipped, samples_note, unchanged)
 
 
 def _public_run_files(operations: dict[str, Any], publish_samples: bool) -> str | None:
@@ -433,7 +442,8 @@ def _commit(
     private: bool | None,
     commit_message: str | None,
     rebuild_card: bool | None,
-) -> Any:
+) -> tuple[Any, bool]:
+    """The commit made (or, when nothing changed, the head found) and whether nothing changed."""
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
     created = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
@@ -464,8 +474,10 @@ def _commit(
         revision=revision,
         parent_commit=head,
     )
-    logger.info("pushed %d files to %s@%s (%s)", len(adds), repo_id, revision or "main", commit.oid)
-    return commit
+    unchanged = commit.oid == head  # huggingface_hub skips a commit that changes no file and returns the head
+    if not unchanged:
+        logger.info("pushed %d files to %s@%s (%s)", len(adds), repo_id, revision or "main", commit.oid)
+    return commit, unchanged
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
@@ -535,6 +547,16 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=_run_cli)
 
 
+def push_summary(result: PushResult, run_dir: str, revision: str | None, commit_message: str | None) -> str:
+    """What the push changed on the Hub, in one line: the commit made, or that none was needed."""
+    commit, where = result.commit, f"{result.commit.repo_url.repo_id}@{revision or 'main'}"
+    if not result.unchanged:
+        return f"pushed {len(result.uploaded)} files of {run_dir} to {where}: {commit.commit_url}"
+    unused = f' (the commit message "{commit_message}" was not used)' if commit_message else ""
+    return (f"nothing changed: {where} already holds these {len(result.uploaded)} files of {run_dir} since commit "
+            f"{commit.oid}; no new commit made{unused}")
+
+
 def _run_cli(args: argparse.Namespace) -> int:
     try:
         result = push_run(
@@ -560,11 +582,7 @@ def _run_cli(args: argparse.Namespace) -> int:
         retry = " Nothing was committed; run the push again." if isinstance(error, RuntimeError) else ""
         print(f"hf-vanilla push: {error}{cause}{retry}", file=sys.stderr)
         return 1
-    commit = result.commit
-    print(
-        f"pushed {len(result.uploaded)} files of {args.run_dir} to {commit.repo_url.repo_id}@{args.revision or 'main'}: "
-        f"{commit.commit_url}"
-    )
+    print(push_summary(result, args.run_dir, args.revision, args.commit_message))
     if result.skipped:
         print(f"left local (not needed to load; --include NAME to upload): {', '.join(result.skipped)}")
     if result.samples_left_out:

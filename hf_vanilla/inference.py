@@ -25,8 +25,10 @@ def load_for_generation(run_dir: str | Path) -> tuple[Any, Any]:
     return auto.from_pretrained(run_dir).eval(), AutoTokenizer.from_pretrained(run_dir)
 
 
-def generate_text(model: Any, tokenizer: Any, prompt: str, *, seed: int = 0, **settings: Any) -> str:
-    """The model's output for ``prompt``: the continuation (decoder) or the translation (encoder-decoder).
+def generate_text(model: Any, tokenizer: Any, prompt: str, *, seed: int = 0, return_full_text: bool = True,
+                  **settings: Any) -> str:
+    """The model's output for ``prompt``, as transformers' pipelines give it: a decoder's is the prompt and its
+    continuation (only the continuation without ``return_full_text``), an encoder-decoder's the translation.
     ``settings`` left at None take the saved generation config's values."""
     import torch
     from transformers import set_seed
@@ -40,8 +42,14 @@ def generate_text(model: Any, tokenizer: Any, prompt: str, *, seed: int = 0, **s
     set_seed(seed)
     with torch.no_grad():
         output = model.generate(**inputs, **chosen)
-    new = output[0] if model.config.is_encoder_decoder else output[0, inputs["input_ids"].shape[1]:]
-    return tokenizer.decode(new, skip_special_tokens=True)
+    if model.config.is_encoder_decoder:
+        return tokenizer.decode(output[0], skip_special_tokens=True)
+    prompt_ids = inputs["input_ids"].shape[1]
+    if not return_full_text:
+        return tokenizer.decode(output[0, prompt_ids:], skip_special_tokens=True)
+    # The text-generation pipeline's way: the prompt as typed, then what decoding added after the prompt's tokens.
+    decoded_prompt = tokenizer.decode(output[0, :prompt_ids], skip_special_tokens=True)
+    return prompt + tokenizer.decode(output[0], skip_special_tokens=True)[len(decoded_prompt):]
 
 
 def run_generate(args: argparse.Namespace) -> int:
@@ -50,7 +58,7 @@ def run_generate(args: argparse.Namespace) -> int:
         model, tokenizer = load_for_generation(args.run_dir)
         text = generate_text(model, tokenizer, args.prompt, seed=args.seed, max_new_tokens=args.max_new_tokens,
                              num_beams=args.num_beams, do_sample=args.do_sample, temperature=args.temperature,
-                             top_k=args.top_k)
+                             top_k=args.top_k, return_full_text=args.return_full_text)
     except (ValueError, OSError) as error:
         print(f"hf-vanilla generate: {error}", file=sys.stderr)
         return 1

@@ -53,6 +53,17 @@ def test_train_help_shows_examples_and_real_defaults():
     assert "examples:" in proc.stdout and "(default: small)" in " ".join(proc.stdout.split())
 
 
+def test_train_help_spells_flags_as_the_docs_do_and_both_spellings_work():
+    """--help (and its usage line) show --output-dir, as every doc writes it; --output_dir still parses."""
+    from hf_vanilla.training.cli import build_parser, parse
+
+    text = build_parser().format_help()
+    assert "--output-dir OUTPUT_DIR" in text and "--max-steps MAX_STEPS" in text and "--max_steps" not in text
+    assert "--output_dir" not in text and "--task {clm,mlm,translation,classification}" in text
+    old, new = (parse(["--task", "clm", f"--output{sep}dir", "x", f"--max{sep}steps", "3"]) for sep in "_-")
+    assert old == new and new[0].output_dir == "x" and new[1].max_steps == 3
+
+
 def _described(parser: argparse.ArgumentParser) -> list[tuple]:
     """What a user sees and gets of each option (converters of bools and choices compared by what they return)."""
     rows = []

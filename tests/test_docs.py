@@ -60,7 +60,7 @@ def _text_file(path: Path, lines: int) -> None:
     path.write_text("".join(" ".join(rng.choices(WORDS, k=rng.randint(5, 12))) + ".\n\n" for _ in range(lines)))
 
 
-def _tiny_gpt2(folder: Path):
+def _tiny_gpt2(folder: Path) -> None:
     """A tiny GPT-2 with a byte-level BPE tokenizer trained here (nothing comes from the Hub)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -68,11 +68,10 @@ def _tiny_gpt2(folder: Path):
 
     tokenizer = train_tokenizer([" ".join(WORDS)] * 20, kind="bpe", vocab_size=300, add_eos=False)
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=len(tokenizer), n_positions=64,
-                                       bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id))
-    model.save_pretrained(folder)
+    GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=len(tokenizer), n_positions=64,
+                               bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+                    ).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    return model
 
 
 def _tiny_marian(folder: Path) -> None:
@@ -103,7 +102,7 @@ def setup(document: str, folder: Path) -> dict:
     if document == "docs/converting.md":
         from hf_vanilla.convert import convert_checkpoint
 
-        namespace["native_model"] = _tiny_gpt2(folder / "path/to/gpt2")
+        _tiny_gpt2(folder / "path/to/gpt2")  # the examples load it themselves, as a reader's copy would
         convert_checkpoint(folder / "path/to/gpt2", folder / "out/gpt2-vanilla")
         _tiny_marian(folder / "path/to/opus-mt-en-de")
     elif document == "docs/hub.md":
@@ -150,7 +149,7 @@ def test_docs_name_no_path_outside_the_repository_and_no_placeholder():
 NEEDS_OTHER_HARDWARE = {
     "scripts/accelerate/ddp.yaml": "8 GPUs",
     "scripts/accelerate/multi_node.yaml": "2 machines with 8 GPUs each",
-    "scripts/accelerate/fsdp.yaml": "GPUs (accelerate 1.15 drops FSDP on CPU)",
+    "scripts/accelerate/fsdp.yaml": "GPUs (accelerate 1.16 drops FSDP on CPU)",
     "scripts/accelerate/deepspeed_zero2.yaml": "GPUs and DeepSpeed",
     "scripts/accelerate/deepspeed_zero3.yaml": "GPUs and DeepSpeed",
 }

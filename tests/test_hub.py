@@ -133,6 +133,24 @@ def test_a_failed_upload_commits_nothing_and_says_so(
     assert api.repos["tester/cut-off"].branches == before
 
 
+def test_a_run_stopped_by_ctrl_c_is_refused_for_how_it_ended_not_for_its_missing_model(
+    trained_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C during training leaves checkpoints, the tokenizer and run.json (interrupted) but no model yet: the
+    push names the interruption and both ways on, as docs/hub.md documents, before any request."""
+    run = copy_run(trained_run, tmp_path / "stopped")
+    for name in ("config.json", "model.safetensors", "generation_config.json", "metrics.json", "README.md"):
+        (run / name).unlink()
+    record = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**record, "status": "interrupted", "interrupted_at_step": 1}))
+    assert cli.main(["push", str(run), "tester/stopped"]) == 1
+    err = capsys.readouterr().err
+    assert "run.json says the run was interrupted at step 1 before it finished" in err
+    assert "--resume" in err and "--allow-incomplete" in err and "no config.json" not in err
+    assert cli.main(["push", str(run), "tester/stopped", "--allow-incomplete"]) == 1
+    assert "has not saved its model yet" in capsys.readouterr().err
+
+
 def test_model_cards_edited_kept_rebuilt_or_from_the_one_template(trained_run: Path, tmp_path: Path) -> None:
     run = copy_run(trained_run, tmp_path / "edited")
     edited = str(build_model_card(run, model_id="someone/edited", public=True)) + "\nHand-written notes: `/api/x`.\n"
@@ -273,6 +291,17 @@ def test_push_and_load_elsewhere_through_the_real_client_without_a_prompt(
         files = hub.files_at(f"{USER}/tiny-clm")
         assert sorted(files) == [".gitattributes", *SHARED_RUN_FILES] and len(hub.repos[f"{USER}/tiny-clm"].commits) == 2
         assert files["model.safetensors"] == (run / "model.safetensors").read_bytes()
+
+        # The same folder again, to a new branch with a message: no file changed, so the client made no commit
+        # (and dropped the message); the push says so instead of "pushed N files".
+        head = hub.heads(f"{USER}/tiny-clm")["main"]
+        again = subprocess.run([*push, "--revision", "v2", "--commit-message", "longer run"], capture_output=True,
+                               text=True, env=hub_env(hub, tmp_path / "h"), cwd=REPO_ROOT, timeout=300)  # fmt: skip
+        assert again.returncode == 0, again.stderr[-3000:]
+        said = (f"nothing changed: {USER}/tiny-clm@v2 already holds these {len(SHARED_RUN_FILES)} files of {run} "
+                f'since commit {head}; no new commit made (the commit message "longer run" was not used)\n')
+        assert again.stdout.startswith(said), again.stdout
+        assert hub.heads(f"{USER}/tiny-clm") == {"main": head, "v2": head}
 
         card = ModelCard(files["README.md"].decode())
         (snippet,) = re.findall(r"```python\n(.*?)```", card.text, flags=re.DOTALL)

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import random
+import shlex
 import shutil
 import signal
 import socket
@@ -243,19 +244,24 @@ def test_evaluate_refuses_a_folder_without_run_json(tmp_path, capsys):
     assert "run.json" in capsys.readouterr().err
 
 
-def test_generate_prints_the_models_continuation(reference_run, capsys):
-    """`hf-vanilla generate RUN PROMPT`: the saved model's own generate, decoded without the prompt."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def test_generate_prints_the_prompt_and_its_continuation_as_the_pipeline_does(reference_run, capsys):
+    """`hf-vanilla generate RUN PROMPT`: the saved model's own generate, printed as transformers' text-generation
+    pipeline returns it (the prompt, then the continuation); --no-return-full-text: the continuation alone."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
     from hf_vanilla.cli import main
 
     run_dir, _ = reference_run
-    assert main(["generate", str(run_dir), "the king", "--max-new-tokens", "5", "--no-do-sample"]) == 0
+    greedy = ["generate", str(run_dir), "the king", "--max-new-tokens", "5", "--no-do-sample"]
+    assert main(greedy) == 0
+    full = capsys.readouterr().out
     model, tokenizer = AutoModelForCausalLM.from_pretrained(run_dir).eval(), AutoTokenizer.from_pretrained(run_dir)
-    ids = tokenizer("the king", return_tensors="pt")["input_ids"]
-    with torch.no_grad():
-        greedy = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=5, do_sample=False)
-    assert capsys.readouterr().out == tokenizer.decode(greedy[0, ids.shape[1]:], skip_special_tokens=True) + "\n"
+    generator = pipeline("text-generation", model=model, tokenizer=tokenizer)
+    (expected,) = generator("the king", max_new_tokens=5, do_sample=False)
+    assert full == expected["generated_text"] + "\n" and full.startswith("the king")
+    assert main([*greedy, "--no-return-full-text"]) == 0
+    (continuation,) = generator("the king", max_new_tokens=5, do_sample=False, return_full_text=False)
+    assert capsys.readouterr().out == continuation["generated_text"] + "\n" != full
     # Sampling (the run saved do_sample=True) is seeded: the same seed, the same text.
     sampled = [main(["generate", str(run_dir), "the king", "--seed", "4"]) or capsys.readouterr().out for _ in "ab"]
     assert sampled[0] == sampled[1]
@@ -870,23 +876,46 @@ def _cli_train(corpus, run_dir: Path, *extra: str, capsys) -> tuple[dict, str]:
     return json.loads(out[out.rindex("{\n \"run_dir\""):]), err
 
 
-def test_a_run_cut_short_by_the_time_limit_says_so_everywhere(corpus, tmp_path, capsys):
-    summary, err = _cli_train(corpus, tmp_path / "limited", "--max-steps", "50", "--time-limit-minutes", "1e-9",
+def test_a_run_cut_short_by_the_time_limit_says_so_everywhere_with_the_command_that_finishes_it(corpus, tmp_path,
+                                                                                               capsys):
+    run_dir = tmp_path / "limited"
+    summary, err = _cli_train(corpus, run_dir, "--max-steps", "2", "--time-limit-minutes", "1e-9", "--overwrite",
                               capsys=capsys)
-    reason = "the time limit of 1e-09 minutes stopped training at step 1 of 50"
-    expected = {"planned_steps": 50, "completed_steps": 1, "stopped_early": True, "stop_reason": reason}
+    reason = "the time limit of 1e-09 minutes stopped training at step 1 of 2"
+    command = summary["how_to_finish"].removeprefix("run `").removesuffix("`")
+    words = shlex.split(command)
+    assert words[:2] == ["hf-vanilla", "train"] and words[-1] == "--resume" and "--overwrite" not in words
+    expected = {"planned_steps": 2, "completed_steps": 1, "stopped_early": True, "stop_reason": reason,
+                "how_to_finish": f"run `{command}`"}
     assert {k: summary[k] for k in expected} == expected and summary["global_step"] == 1
-    assert f"STOPPED EARLY: {reason} (1 of 50 planned steps)" in err
-    metrics = json.loads((tmp_path / "limited" / "metrics.json").read_text())
+    assert f"STOPPED EARLY: {reason} (1 of 2 planned steps); to finish it, run `{command}`" in err
+    metrics = json.loads((run_dir / "metrics.json").read_text())
     assert {k: metrics[k] for k in expected} == expected and metrics["timing"]["stopped_by_time_limit_at"] == 1
-    card = (tmp_path / "limited" / "README.md").read_text()
-    assert f"> **Stopped early:** {reason}." in card and "| optimizer steps | 1 of 50 planned |" in card
+    card = (run_dir / "README.md").read_text()
+    assert f"> **Stopped early:** {reason}. " in card and f"to the planned step, run `{command}`." in card
+    assert "| optimizer steps | 1 of 2 planned |" in card
+    # The named command finishes the run: it trains on to the planned step (the limit ends no step before it).
+    from hf_vanilla.training.cli import run_command
+
+    assert run_command(words[2:]) == 0
+    assert "completed all 2 of 2 planned steps" in capsys.readouterr().err
+    assert json.loads((run_dir / "metrics.json").read_text())["completed_steps"] == 2
+
+
+def test_the_resume_command_keeps_the_arguments_but_overwrite_and_a_chosen_checkpoint():
+    from hf_vanilla.training.cli import resume_command
+
+    assert resume_command("bash scripts/main_job.sh", []) == "bash scripts/main_job.sh --resume"
+    argv = ["--overwrite", "--output-dir", "my runs/a", "--resume", "runs/a/checkpoint-50", "--max-steps", "9"]
+    assert resume_command("hf-vanilla train", argv) == "hf-vanilla train --output-dir 'my runs/a' --max-steps 9 --resume"
+    assert resume_command("x", ["--overwrite", "true", "--resume=latest", "--seed", "1"]) == "x --seed 1 --resume"
 
 
 def test_a_completed_run_says_it_ran_every_planned_step(corpus, tmp_path, capsys):
     summary, err = _cli_train(corpus, tmp_path / "full", "--max-steps", "3", "--time-limit-minutes", "60",
                               capsys=capsys)
-    expected = {"planned_steps": 3, "completed_steps": 3, "stopped_early": False, "stop_reason": None}
+    expected = {"planned_steps": 3, "completed_steps": 3, "stopped_early": False, "stop_reason": None,
+                "how_to_finish": None}
     assert {k: summary[k] for k in expected} == expected
     assert "completed all 3 of 3 planned steps" in err and "STOPPED EARLY" not in err
     metrics = json.loads((tmp_path / "full" / "metrics.json").read_text())
@@ -910,7 +939,7 @@ def test_a_run_a_callback_stops_early_is_reported_too(corpus, tmp_path):
                      **dict(TINY, data_files=text_files(corpus), max_steps=6))
     reason = "a callback stopped training at step 2 of 6"
     assert result.completion == {"planned_steps": 6, "completed_steps": 2, "stopped_early": True,
-                                 "stop_reason": reason}
+                                 "stop_reason": reason, "how_to_finish": None}
     assert json.loads((tmp_path / "callback" / "metrics.json").read_text())["stop_reason"] == reason
     assert f"> **Stopped early:** {reason}." in (tmp_path / "callback" / "README.md").read_text()
 
@@ -920,12 +949,47 @@ def test_the_main_jobs_last_line_says_when_it_was_cut_short():
 
     final_line = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "main_job.py"))["final_line"]
     cut = {"planned_steps": 400, "completed_steps": 142, "stopped_early": True,
-           "stop_reason": "the time limit of 12 minutes stopped training at step 142 of 400"}
+           "stop_reason": "the time limit of 12 minutes stopped training at step 142 of 400",
+           "how_to_finish": "run `bash scripts/main_job.sh --resume`"}
     assert final_line(372.1, 563.0, cut) == (
         "held-out (Macbeth, Much Ado) perplexity 372.1 vs unigram 563.0: 1.5x lower; STOPPED EARLY: the time "
-        "limit of 12 minutes stopped training at step 142 of 400 (142 of 400 planned steps)")
-    done = dict(cut, completed_steps=400, stopped_early=False, stop_reason=None)
+        "limit of 12 minutes stopped training at step 142 of 400 (142 of 400 planned steps); to finish it, run "
+        "`bash scripts/main_job.sh --resume`")
+    done = dict(cut, completed_steps=400, stopped_early=False, stop_reason=None, how_to_finish=None)
     assert final_line(192.5, 563.0, done).endswith("2.9x lower; completed all 400 of 400 planned steps")
+
+
+def test_the_main_job_has_no_time_limit_and_names_its_own_command_to_finish(monkeypatch, tmp_path):
+    """Bound by its 400 steps however busy the machine; a run cut short (--time-limit, Ctrl-C) names
+    `bash scripts/main_job.sh ... --resume`, the README's command, as the way to finish."""
+    import runpy
+
+    asked = []
+
+    def train(*args, **options):
+        asked.append(options)
+        raise FileExistsError("stop here: the options are what this test looks at")
+
+    monkeypatch.setattr(T, "train", train)
+    main = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "main_job.py"))["main"]
+    assert main([]) == 2 and main(["--output-dir", str(tmp_path / "r"), "--overwrite", "--time-limit", "30"]) == 2
+    assert asked[0]["time_limit_minutes"] is None and asked[1]["time_limit_minutes"] == 30
+    assert asked[0]["resume_command"] == "bash scripts/main_job.sh --resume"
+    assert asked[1]["resume_command"] == f"bash scripts/main_job.sh --output-dir {tmp_path / 'r'} --time-limit 30 --resume"
+
+
+def test_the_main_job_ends_a_ctrl_c_in_one_line_and_exit_130(monkeypatch, capsys):
+    import runpy
+
+    def train(*args, **options):
+        raise T.TrainingInterruptedError(f"interrupted during training; To continue, run `{options['resume_command']}`.",
+                                         "runs/main-shakespeare/checkpoint-50")
+
+    monkeypatch.setattr(T, "train", train)
+    main = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "main_job.py"))["main"]
+    assert main([]) == 130
+    assert capsys.readouterr().err == ("main_job: interrupted during training; To continue, run "
+                                       "`bash scripts/main_job.sh --resume`.\n")
 
 
 def test_the_main_job_compares_recipes_by_fields_and_rates_over_its_own():

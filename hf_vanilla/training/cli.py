@@ -1,19 +1,22 @@
 """``hf-vanilla train``: the command line, built from the fields of :class:`TrainOptions` (one flag each).
 
 The parser is built here with argparse, the way transformers' ``HfArgumentParser`` would build it (both
-``--max_steps`` and ``--max-steps``, ``Literal`` choices, ``list`` fields taking several values, ``--flag``
+``--max_steps`` and ``--max-steps``, ``--help`` showing the dashed one the docs use; ``Literal`` choices, ``list`` fields taking several values, ``--flag``
 for a bool), but without importing transformers: ``hf-vanilla train --help`` imports no torch or transformers.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
+import os
+import shlex
 import sys
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -45,7 +48,21 @@ class RunArguments:
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Shows a default once, and only a real one (an unset option's help says what unset means)."""
+    """Shows a default once, and only a real one (an unset option's help says what unset means); shows each flag
+    as the docs spell it (``--output-dir``), not its accepted underscore alias."""
+
+    def add_usage(self, usage, actions, groups, prefix=None) -> None:
+        super().add_usage(usage, [_as_documented(action) for action in actions], groups, prefix)
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        return super()._format_action_invocation(_as_documented(action))
+
+
+def _as_documented(action: argparse.Action) -> argparse.Action:
+    """``action`` showing only its dashed flags (``--output-dir``) when it has any."""
+    shown = copy.copy(action)
+    shown.option_strings = [flag for flag in action.option_strings if "_" not in flag] or action.option_strings
+    return shown
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         if action.required or action.default in (None, [], False, argparse.SUPPRESS):
@@ -114,6 +131,20 @@ def _to_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected one of yes/no, true/false, t/f, y/n, 1/0, got {text!r}")
 
 
+def resume_command(program: str, argv: Sequence[str]) -> str:
+    """The shell command that continues the run ``program argv`` started: the same arguments with a bare --resume
+    (the newest checkpoint) for any --resume CHECKPOINT, and without --overwrite (which would start again)."""
+    kept, rest = [], list(argv)
+    while rest:
+        word = rest.pop(0)
+        if word.split("=", 1)[0] in ("--resume", "--overwrite"):
+            if "=" not in word and rest and not rest[0].startswith("-"):
+                rest.pop(0)  # the flag's own value
+            continue
+        kept.append(word)
+    return shlex.join([*shlex.split(program), *kept, "--resume"])
+
+
 def run_command(argv: list[str], before_run: Callable[[], None] | None = None) -> int:
     """``hf-vanilla train ARGS``: exit status 0 when done, 1 on a clear error, 130 after Ctrl-C.
     ``before_run`` runs once the arguments parsed (the ``hf-vanilla`` command registers the Auto classes)."""
@@ -124,9 +155,11 @@ def run_command(argv: list[str], before_run: Callable[[], None] | None = None) -
     from .run import TrainingDivergedError, TrainingInterruptedError, train
     from .rundir import RunDirectoryBusyError
 
+    # Under a launcher (torchrun, accelerate launch) the command that continues the run is the launcher's, not ours.
+    command = None if "LOCAL_RANK" in os.environ else resume_command("hf-vanilla train", argv)
     try:
-        result = train(where.task, where.output_dir, **{f.name: getattr(options, f.name)
-                                                         for f in dataclasses.fields(TrainOptions)})
+        result = train(where.task, where.output_dir, resume_command=command,
+                       **{f.name: getattr(options, f.name) for f in dataclasses.fields(TrainOptions)})
     except TrainingInterruptedError as stop:
         print(f"hf-vanilla train: {stop}", file=sys.stderr)
         return 130

@@ -120,7 +120,8 @@ class TrainOptions:
         "only for the shapes where it measures faster on this machine; the saved model is unchanged"))
     time_limit_minutes: float | None = field(default=None, metadata=_opt(
         "stop training after this long, then evaluate and save as usual; a run cut short says STOPPED EARLY in "
-        "its summary, metrics.json (stopped_early, stop_reason) and its card"))
+        "its summary, metrics.json (stopped_early, stop_reason, how_to_finish) and its card, with the command "
+        "that finishes it"))
     # -- evaluation, logging, checkpoints, outputs
     eval_steps: int | None = field(default=None, metadata=_opt("evaluate every N steps (unset: 8 times per run)"))
     save_steps: int | None = field(default=None, metadata=_opt("checkpoint every N steps (unset: --eval-steps)"))

@@ -124,7 +124,9 @@ def public_run_files(run: dict[str, Any], metrics: dict[str, Any], *, samples: b
     """run.json and metrics.json as a push publishes them: no local paths (:func:`without_local_paths`), and the
     samples left out when they quote data that may be private (:func:`quoted_data`) unless ``samples``;
     ``samples_left_out`` then says what was left out."""
-    run = without_local_paths(run)  # metrics.json holds no paths, and its samples are text to keep as it is
+    run = without_local_paths(run)  # metrics.json's samples are text to keep as it is; its only path is in the command
+    if metrics.get("how_to_finish"):
+        metrics = {**metrics, "how_to_finish": without_local_paths(metrics["how_to_finish"])}
     quoted = quoted_data(run)
     count = len(metrics.get("samples") or [])
     if quoted and count and not samples:
@@ -156,24 +158,37 @@ def timing(task: Task, opts: TrainOptions, *, wall_time_s: float, train_time_s: 
 
 
 def completion(*, planned_steps: int, completed_steps: int, time_limit_minutes: float | None,
-               stopped_by_time_limit_at: int | None) -> dict[str, Any]:
-    """Whether training ran every planned step and, if not, what cut it short: metrics.json, the card and the
-    summary lines all say it, since a run cut short reports figures of a shorter run than asked for."""
+               stopped_by_time_limit_at: int | None, resume_command: str | None = None) -> dict[str, Any]:
+    """Whether training ran every planned step and, if not, what cut it short and (``resume_command``) the command
+    that trains on to the planned steps: metrics.json, the card and the summary lines all say it, since a run cut
+    short reports figures of a shorter run than asked for."""
+    how_to_finish = None
     if stopped_by_time_limit_at is not None:
         reason = (f"the time limit of {time_limit_minutes:g} minutes stopped training at step "
                   f"{stopped_by_time_limit_at} of {planned_steps}")
+        how_to_finish = how_to_resume(resume_command)
     elif completed_steps < planned_steps:  # a caller's callback set control.should_training_stop
         reason = f"a callback stopped training at step {completed_steps} of {planned_steps}"
     else:
         reason = None
     return {"planned_steps": planned_steps, "completed_steps": completed_steps, "stopped_early": reason is not None,
-            "stop_reason": reason}
+            "stop_reason": reason, "how_to_finish": how_to_finish}
+
+
+def how_to_resume(resume_command: str | None) -> str:
+    """What continues a run: its own command with --resume when the caller said it, else the generic advice."""
+    if resume_command is None:
+        return "run the same command with --resume (in Python: the same train() call with resume=True)"
+    return f"run `{resume_command}`"
 
 
 def stop_line(done: dict[str, Any]) -> str:
-    """One line for a summary: the steps run, and loudly why they are fewer than planned."""
+    """One line for a summary: the steps run, and loudly why they are fewer than planned and how to finish."""
     steps = f"{done['completed_steps']} of {done['planned_steps']} planned steps"
-    return f"STOPPED EARLY: {done['stop_reason']} ({steps})" if done["stopped_early"] else f"completed all {steps}"
+    if not done["stopped_early"]:
+        return f"completed all {steps}"
+    finish = f"; to finish it, {done['how_to_finish']}" if done.get("how_to_finish") else ""
+    return f"STOPPED EARLY: {done['stop_reason']} ({steps}){finish}"
 
 
 def write_outputs(folder: OutputFolder, task: Task, *, metrics: dict, baseline: dict, samples: list, timings: dict,

@@ -21,6 +21,7 @@ from ..checkpoint import clear_disk_errors, ensure_code_files
 from ..output_folder import OutputFolder
 from . import rundir
 from .options import SIZE_PRESETS, TrainOptions, check_attention_kernel, check_init_from, make_options
+from .outputs import how_to_resume
 from .tasks import Task, get_task
 
 if TYPE_CHECKING:
@@ -55,17 +56,18 @@ class RunResult:
     global_step: int
     wall_time_s: float
     time_per_step_s: float | None
-    #: planned_steps, completed_steps, stopped_early, stop_reason (see :func:`.outputs.completion`)
+    #: planned_steps, completed_steps, stopped_early, stop_reason, how_to_finish (see :func:`.outputs.completion`)
     completion: dict[str, Any]
 
 
 def train(task: str, output_dir: str | os.PathLike[str], *, callbacks: Sequence[TrainerCallback] = (),
-          **options: Any) -> RunResult:
+          resume_command: str | None = None, **options: Any) -> RunResult:
     """Train ``task`` (``clm``, ``mlm``, ``translation``, ``classification``) into ``output_dir``.
 
     ``options`` are the fields of :class:`TrainOptions` (``preset``, ``max_steps``, ``data_files``,
     ``config={"norm_position": "pre"}``, ``recipe="paper"``, ``resume=True``, ...); ``callbacks`` are
-    extra ``TrainerCallback`` objects.
+    extra ``TrainerCallback`` objects; ``resume_command`` is the shell command that continues this run (a command
+    line gives its own with ``--resume``): a run cut short by its time limit or Ctrl-C names it as the way to finish.
 
     Raises:
         TrainingDivergedError: the loss became NaN/inf (the last good checkpoint is kept).
@@ -80,10 +82,11 @@ def train(task: str, output_dir: str | os.PathLike[str], *, callbacks: Sequence[
         hf_vanilla.corpora.CorpusUnavailableError: the default corpus is neither cached nor fetchable.
     """
     task_ = get_task(task)
-    return run(task_, Path(output_dir), make_options(options).resolved(task_), list(callbacks))
+    return run(task_, Path(output_dir), make_options(options).resolved(task_), list(callbacks), resume_command)
 
 
-def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list) -> RunResult:
+def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list,
+        resume_command: str | None = None) -> RunResult:
     from accelerate import PartialState
     from transformers import set_seed
 
@@ -104,7 +107,7 @@ def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list) ->
             for line in folder.recover():
                 logger.warning("%s: %s", run_dir, line)
         resume_from = resume_checkpoint(run_dir, opts)
-        with ctrl_c_ends_the_run(run_dir, is_main, BEFORE_TRAINING, resumed_from=resume_from):
+        with ctrl_c_ends_the_run(run_dir, is_main, BEFORE_TRAINING, resume_command, resumed_from=resume_from):
             with state.main_process_first():  # the main process trains the tokenizer and fills the caches
                 from .sources import load_task_data
 
@@ -135,13 +138,14 @@ def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list) ->
                 from .outputs import run_record, write_run_record
 
                 write_run_record(folder, run_record(task, opts, status="running", **record))
-        with ctrl_c_ends_the_run(run_dir, is_main, DURING_TRAINING):
+        with ctrl_c_ends_the_run(run_dir, is_main, DURING_TRAINING, resume_command):
             train_seconds = fit(trainer, resume_from, total_steps, callbacks.interrupt)
             undo.pop_all()  # the new run has checkpointed (or finished): the old one is gone for good
-            check_stopped(run_dir, trainer, callbacks, opts, is_main)
-        with ctrl_c_ends_the_run(run_dir, is_main, AFTER_TRAINING, max_steps=total_steps):
-            result = finish(task, folder, opts, trainer, raw, data, tokenizer, callbacks, record,
-                            t_start=t_start, train_seconds=train_seconds, is_main=is_main, use_cache=use_cache)
+            check_stopped(run_dir, trainer, callbacks, is_main, resume_command)
+        with ctrl_c_ends_the_run(run_dir, is_main, AFTER_TRAINING, resume_command, max_steps=total_steps):
+            result = finish(task, folder, opts, trainer, raw, data, tokenizer, callbacks, record, t_start=t_start,
+                            train_seconds=train_seconds, is_main=is_main, use_cache=use_cache,
+                            resume_command=resume_command)
     state.wait_for_everyone()
     return result
 
@@ -356,7 +360,7 @@ def make_trainer(task: Task, model, args, tokenizer, data, opts: TrainOptions, c
 
 
 def warn_if_fsdp_dropped(distributed_type: str) -> None:
-    # accelerate 1.15 turns FSDP on only for multi-accelerator states (MULTI_GPU, XPU, NPU, ...); on CPU
+    # accelerate 1.16 turns FSDP on only for multi-accelerator states (MULTI_GPU, XPU, NPU, ...); on CPU
     # (MULTI_CPU, gloo) it drops the request. Say so rather than pretend to shard.
     if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and distributed_type != "FSDP":
         logger.warning("FSDP was requested but accelerate runs this job as %s (FSDP needs GPUs or other "
@@ -381,7 +385,7 @@ def fit(trainer, resume_from: Path | None, total_steps: int, interrupt) -> float
     return time.perf_counter() - start
 
 
-def check_stopped(run_dir: Path, trainer, callbacks: RunCallbacks, opts: TrainOptions, is_main: bool) -> None:
+def check_stopped(run_dir: Path, trainer, callbacks: RunCallbacks, is_main: bool, resume_command: str | None) -> None:
     """Raise (after recording it in run.json) if the NaN guard or Ctrl-C ended training."""
     last = newest_checkpoint(run_dir)
     if callbacks.guard.tripped_at is not None:
@@ -398,8 +402,8 @@ def check_stopped(run_dir: Path, trainer, callbacks: RunCallbacks, opts: TrainOp
         if is_main:
             rundir.update_status(run_dir, "interrupted", interrupted_at_step=step, last_checkpoint=last)
         raise TrainingInterruptedError(
-            f"interrupted at step {step} of {trainer.state.max_steps}; checkpoint saved in {last}. To continue, run "
-            "the same command with --resume (in Python: resume=True).", last)
+            f"interrupted at step {step} of {trainer.state.max_steps}; checkpoint saved in {last}. To continue, "
+            f"{how_to_resume(resume_command)}.", last)
 
 
 def newest_checkpoint(run_dir: Path) -> str | None:
@@ -417,8 +421,8 @@ AFTER_TRAINING = "after training finished, while evaluating and writing the outp
 
 
 @contextlib.contextmanager
-def ctrl_c_ends_the_run(run_dir: Path, is_main: bool, stage: str, *, resumed_from: Path | None = None,
-                        max_steps: int | None = None) -> Iterator[None]:
+def ctrl_c_ends_the_run(run_dir: Path, is_main: bool, stage: str, resume_command: str | None, *,
+                        resumed_from: Path | None = None, max_steps: int | None = None) -> Iterator[None]:
     """Ctrl-C at ``stage`` ends the run as it does inside the training loop: with a checkpoint to go on from,
     run.json says interrupted; either way TrainingInterruptedError says in one line how to go on."""
     try:
@@ -430,11 +434,11 @@ def ctrl_c_ends_the_run(run_dir: Path, is_main: bool, stage: str, *, resumed_fro
             last = str(resumed_from) if resumed_from is not None else None
         else:
             last = newest_checkpoint(run_dir)
-        raise interrupted(run_dir, is_main, stage, last, max_steps) from None
+        raise interrupted(run_dir, is_main, stage, last, max_steps, resume_command) from None
 
 
-def interrupted(run_dir: Path, is_main: bool, stage: str, last: str | None,
-                max_steps: int | None) -> TrainingInterruptedError:
+def interrupted(run_dir: Path, is_main: bool, stage: str, last: str | None, max_steps: int | None,
+                resume_command: str | None) -> TrainingInterruptedError:
     """The error for Ctrl-C at ``stage`` (recorded in run.json when there is a checkpoint to go on from)."""
     from .trainer import checkpoint_step
 
@@ -444,20 +448,20 @@ def interrupted(run_dir: Path, is_main: bool, stage: str, last: str | None,
     step = checkpoint_step(Path(last))
     if is_main and rundir.is_run_dir(run_dir) and OutputFolder(run_dir, "run").is_ours():
         rundir.update_status(run_dir, "interrupted", interrupted_at_step=step, last_checkpoint=last)
+    resume = how_to_resume(resume_command)
     if stage != AFTER_TRAINING:
-        how = "To continue, run the same command with --resume (in Python: resume=True)."
+        how = f"To continue, {resume}."
     elif max_steps is None or step >= max_steps:
-        how = ("To finish (evaluate and write the outputs) without training further, run the same command with "
-               "--resume (in Python: resume=True).")
+        how = f"To finish (evaluate and write the outputs) without training further, {resume}."
     else:  # a time limit stopped training early; --resume trains on to max_steps, then finishes
-        how = f"To train on to step {max_steps} and finish, run the same command with --resume (in Python: resume=True)."
+        how = f"To train on to step {max_steps} and finish, {resume}."
     where = "the trained model" if stage == AFTER_TRAINING else "the newest checkpoint"
     return TrainingInterruptedError(f"interrupted {stage}; {where} is in {last} (step {step}). {how}", last)
 
 
 def finish(task: Task, folder: OutputFolder, opts: TrainOptions, trainer, raw, data, tokenizer,
            callbacks: RunCallbacks, record: dict, *, t_start: float, train_seconds: float, is_main: bool,
-           use_cache: bool) -> RunResult:
+           use_cache: bool, resume_command: str | None) -> RunResult:
     """Evaluate, sample, save the model and write the run's records, curves and card."""
     from .outputs import completion, median_step_time, run_record, stop_line, timing, write_outputs
 
@@ -479,7 +483,8 @@ def finish(task: Task, folder: OutputFolder, opts: TrainOptions, trainer, raw, d
     durations = callbacks.timer.durations
     stopped_at = callbacks.time_limit.stopped_at if callbacks.time_limit else None
     done = completion(planned_steps=trainer.args.max_steps, completed_steps=trainer.state.global_step,
-                      time_limit_minutes=opts.time_limit_minutes, stopped_by_time_limit_at=stopped_at)
+                      time_limit_minutes=opts.time_limit_minutes, stopped_by_time_limit_at=stopped_at,
+                      resume_command=resume_command)
     if done["stopped_early"] and is_main:
         logger.warning("%s; the run's figures are those of a shorter run than planned", stop_line(done))
     result = RunResult(run_dir=run_dir, task=task.name, metrics=evaluation.metrics, baseline=evaluation.baseline,
