@@ -43,7 +43,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import hf_vanilla  # noqa: F401  (registers the Auto classes)
-from hf_vanilla.output_folder import OutputFolder
+from hf_vanilla.output_folder import FolderBusyError, OutputFolder
 from hf_vanilla.training import TrainingInterruptedError, train
 from hf_vanilla.training.cli import resume_command
 from hf_vanilla.training.outputs import stop_line
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         result = run_job(args, resume_command(JOB_COMMAND, argv))
-    except FileExistsError as error:  # the folder holds a run (or the user's files): one line, not a traceback
+    except (FileExistsError, FolderBusyError) as error:  # a run (or the user's files) there, or one in progress
         print(f"main_job: {error}", file=sys.stderr)
         return 2
     except TrainingInterruptedError as stop:  # Ctrl-C: where the checkpoint is and the command that goes on

@@ -1079,3 +1079,19 @@ def test_the_clm_default_model_is_pre_norm_and_the_papers_block_is_one_flag_away
     assert norm("--preset", "transformer-base") == "post"  # a named preset keeps its own layout
     assert norm(task=get_task("mlm")) == "post"  # the other tasks keep the paper's
     assert "norm_position=post gives the paper's" in " ".join(build_parser().format_help().split())
+
+
+def test_the_main_job_started_twice_says_the_first_is_in_progress_in_one_line(tmp_path, capsys):
+    """A second `bash scripts/main_job.sh` while the first trains: one line naming the run in progress, not a
+    traceback and not the --resume advice that the lock would then refuse."""
+    import runpy
+
+    from hf_vanilla.output_folder import OutputFolder
+
+    run_dir = tmp_path / "main-shakespeare"
+    main = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "main_job.py"))["main"]
+    with OutputFolder(run_dir).locked():
+        assert main(["--output-dir", str(run_dir)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("main_job: ") and error.count("\n") == 1
+    assert "in progress" in error and f"pid {os.getpid()}" in error and "--resume" not in error
