@@ -12,12 +12,13 @@ every transformers release from 5.16.1 (see "The transformers releases these fil
 # First: the configuration module refuses a transformers release older than these files support.
 from .configuration_vanilla import (
     ATTENTION_TAKING_BIAS,
-    BIAS_SCHEMES,
     HEAD_FAMILIES,
     VanillaConfig,
     auto_map_for,
     check_rope_settings,
     refuse_attention_dropping_bias,
+    refuse_engine_options,
+    scheme_row,
 )
 
 # isort: split
@@ -60,7 +61,6 @@ from .positional import (
     RelativePositionBias,
     build_positional_scheme,
     rotate_folded,
-    sinusoid_table,
 )
 
 # ----------------------------------------------------------------------------------------------
@@ -530,8 +530,8 @@ class VanillaPreTrainedModel(PreTrainedModel):
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)  # linears and embeddings N(0, initializer_range), norms at 1, biases at 0
-        if isinstance(module, PositionalScheme):
-            reset_positional_buffers(module)
+        if isinstance(module, PositionalScheme):  # each scheme knows its own parameters and tables
+            module.init_own_weights(self.config)
         if self.config.initializer_factor is not None:  # also here: resize_token_embeddings inits new modules only so
             init_like_t5(module, self.config)
         elif isinstance(module, VanillaTokenEmbedding) and module.embed_scale is not None:
@@ -589,34 +589,14 @@ def refuse_flex_generation_on_cpu(config: VanillaConfig, device: torch.device, m
         return
     masks = {key: model_kwargs.get(key) for key in ("attention_mask", "decoder_attention_mask")}
     padded = [key for key, mask in masks.items() if mask is not None and mask.dim() == 2 and not bool(mask.all())]
-    scheme = config.position_embedding_type
-    if scheme in BIAS_SCHEMES or padded:
-        reason = f"the {scheme} attention bias" if scheme in BIAS_SCHEMES else f"a padded {padded[0]}"
+    scheme = scheme_row(config)
+    if scheme.attention_bias or padded:
+        reason = f"the {scheme.value} attention bias" if scheme.attention_bias else f"a padded {padded[0]}"
         raise ValueError(
             f"generate() with attn_implementation='flex_attention' on CPU cannot use {reason}: torch's inductor "
             "fails to compile the CPU flex kernel for a captured bias or padding mask once generation changes the "
             "sequence length. Generate on CPU with model.set_attn_implementation('sdpa') or 'eager' (the same tokens)."
         )
-
-
-def reset_positional_buffers(scheme: PositionalScheme) -> None:
-    """Recompute the non-persistent tables: checkpoints do not hold them, and meta-device init leaves them empty."""
-    if hasattr(scheme, "table"):
-        positions = torch.arange(scheme.table.shape[0])
-        init.copy_(scheme.table, sinusoid_table(positions, scheme.dim, scheme.interleaved))
-    if hasattr(scheme, "slopes"):
-        from .positional import alibi_slopes
-
-        init.copy_(scheme.slopes, alibi_slopes(scheme.slopes.shape[0]))
-    if hasattr(scheme, "original_inv_freq"):
-        init_fn = scheme.default_inverse_frequencies
-        if scheme.rope_type != "default":
-            from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-            init_fn = ROPE_INIT_FUNCTIONS[scheme.rope_type]
-        inv_freq, _ = init_fn(scheme.config)
-        init.copy_(scheme.inv_freq, inv_freq)
-        init.copy_(scheme.original_inv_freq, inv_freq)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -844,6 +824,8 @@ class VanillaModel(VanillaPreTrainedModel):
 
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
+        # An engine builds this bare model with its own attention and its own output layer: refuse what it would drop.
+        refuse_engine_options(config, config._attn_implementation)
         self.embed_tokens = VanillaTokenEmbedding(config)
         family = config.architecture
         # Keyword arguments only: an engine may wrap the stack classes in a constructor that refuses any other
