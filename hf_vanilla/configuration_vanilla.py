@@ -578,9 +578,10 @@ def rows_of(config: "VanillaConfig") -> tuple[Variant, ...]:
 
 
 def vllm_refusals(config: "VanillaConfig") -> list[str]:
-    """Why vLLM cannot serve this config, one line per option (empty when it can)."""
+    """Why vLLM cannot serve this config, one line per option (empty when it can). Output-layer options count
+    for a decoder only: vLLM generates with its own output layer, and pools an encoder's hidden states."""
     return [f"{variant.option}={getattr(config, variant.option)!r}: {variant.vllm_refusal}"
-            for variant in rows_of(config) if variant.vllm_refusal]
+            for variant in rows_of(config) if variant.vllm_refusal and (config.is_decoder or not variant.output_layer)]
 
 
 #: Where transformers' and hf_vanilla's own attention functions live; a function from elsewhere is an engine's.

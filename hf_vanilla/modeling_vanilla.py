@@ -822,10 +822,10 @@ class VanillaModel(VanillaPreTrainedModel):
     * ``encoder-decoder``: ``(input_ids, attention_mask, decoder_input_ids, ...)`` -> :class:`Seq2SeqModelOutput`
     """
 
-    def __init__(self, config: VanillaConfig):
+    def __init__(self, config: VanillaConfig, *, under_head: bool = False):
         super().__init__(config)
-        # An engine builds this bare model with its own attention and its own output layer: refuse what it would drop.
-        refuse_engine_options(config, config._attn_implementation)
+        if not under_head:  # built alone, as an engine builds it under its own output layer: refuse what it would drop
+            refuse_engine_options(config, config._attn_implementation)
         self.embed_tokens = VanillaTokenEmbedding(config)
         family = config.architecture
         # Keyword arguments only: an engine may wrap the stack classes in a constructor that refuses any other
@@ -993,7 +993,7 @@ class VanillaForCausalLM(VanillaLMHeadMixin, VanillaPreTrainedModel, GenerationM
 
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
-        self.model = VanillaModel(config)
+        self.model = VanillaModel(config, under_head=True)
         self._build_lm_head(config)
         self.post_init()
 
@@ -1040,7 +1040,7 @@ class VanillaForMaskedLM(VanillaLMHeadMixin, VanillaPreTrainedModel):
 
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
-        self.model = VanillaModel(config)
+        self.model = VanillaModel(config, under_head=True)
         self._build_lm_head(config)
         self.post_init()
 
@@ -1076,7 +1076,7 @@ class VanillaForSeq2SeqLM(VanillaLMHeadMixin, VanillaPreTrainedModel, Generation
 
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
-        self.model = VanillaModel(config)
+        self.model = VanillaModel(config, under_head=True)
         self._build_lm_head(config)
         self.post_init()
         self.loss_type = "ForMaskedLM"
@@ -1226,7 +1226,7 @@ class VanillaForSequenceClassification(VanillaUnderstandingHead):
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.model = VanillaModel(config)
+        self.model = VanillaModel(config, under_head=True)
         self.pooler = VanillaPooler(config)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout
         self.dropout = nn.Dropout(dropout)
@@ -1287,7 +1287,7 @@ class VanillaForTokenClassification(VanillaUnderstandingHead):
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.model = VanillaModel(config)
+        self.model = VanillaModel(config, under_head=True)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout
         self.dropout = nn.Dropout(dropout)
         self.score = nn.Linear(config.hidden_size, config.num_labels)
@@ -1319,7 +1319,7 @@ class VanillaForQuestionAnswering(VanillaUnderstandingHead):
 
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
-        self.model = VanillaModel(config)
+        self.model = VanillaModel(config, under_head=True)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 

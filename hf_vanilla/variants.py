@@ -42,6 +42,8 @@ class Variant:
     tensor_parallel: str = TP_SPLIT
     #: Extra entries of the tensor-parallel plan, relative to the module holding the row's parameters.
     tensor_parallel_plan: tuple[tuple[str, str], ...] = ()
+    #: Part of the output layer: an engine that builds its own (vLLM generating) decides; pooling never reads it.
+    output_layer: bool = False
     #: Why vLLM cannot serve this value ("" when it can).
     vllm_refusal: str = ""
     #: The config attribute vLLM reads to honour this value ("" when it needs none).
@@ -83,13 +85,16 @@ VARIANTS: list[Variant] = [
     Variant("gated_ffn", False, "act(x W_up) W_down (the paper's)", parameters=True),
     Variant("gated_ffn", True, "act(x W_gate) * (x W_up) W_down (SwiGLU, GEGLU)", parameters=True),
     Variant("lm_head_scale", NON_DEFAULT, "last hidden states times a factor before the output projection (T5)",
-            vllm_reads="logit_scale"),
-    Variant("lm_head_bias", False, "no bias on the output projection (GPT-2, Llama, T5)"),
+            output_layer=True, vllm_reads="logit_scale"),
+    Variant("lm_head_bias", False, "no bias on the output projection (GPT-2, Llama, T5)",
+            output_layer=True),
     Variant("lm_head_bias", True, "a bias on the output projection (BERT, BART, Marian)", parameters=True,
+            output_layer=True,
             vllm_refusal=_HEAD_IN_VLLM + ": it has no hf_vanilla output bias"),
-    Variant("lm_head_transform", False, "the last hidden states go straight to the output projection"),
+    Variant("lm_head_transform", False, "the last hidden states go straight to the output projection",
+            output_layer=True),
     Variant("lm_head_transform", True, "dense + activation + norm before the output projection (BERT)",
-            parameters=True, vllm_refusal=_HEAD_IN_VLLM + ": it skips the transform"),
+            parameters=True, output_layer=True, vllm_refusal=_HEAD_IN_VLLM + ": it skips the transform"),
 ]
 
 

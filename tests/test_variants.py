@@ -226,3 +226,10 @@ def test_a_value_is_in_the_table_once():
     with pytest.raises(ValueError, match="already in the table"):
         variants.register(variants.row("position_embedding_type", "alibi"))
     assert len({(row.option, row.value) for row in variants.VARIANTS}) == len(variants.VARIANTS)
+
+
+def test_output_layer_rows_are_refused_only_where_vllm_builds_an_output_layer(engine):
+    """vLLM pools an encoder's hidden states (no output layer), and a head class computes its own logits."""
+    for row in (row for row in variants.VARIANTS if row.output_layer and not row.served_by_vllm):
+        build_as_vllm_does(config_for_row(row, architecture="encoder"), engine)
+        head_model(config_for_row(row, attn_implementation=engine))
