@@ -699,7 +699,7 @@ def pipeline_parallel_plan(config: "VanillaConfig") -> dict[str, tuple[list[str]
     adds_to_embeddings = (
         scheme_row(config).adds_to_embeddings or config.embedding_norm or config.type_vocab_size
     )
-    if config.is_encoder_decoder or adds_to_embeddings:
+    if adds_to_embeddings or any(variant.pipeline_refusal for variant in rows_of(config)):
         return None
     stack = "decoder" if config.is_decoder else "encoder"
     plan = {

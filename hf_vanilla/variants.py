@@ -40,6 +40,8 @@ class Variant:
     parameters: bool = False
     #: Tensor parallelism: TP_SPLIT or TP_WHOLE (self-attention of every layer kept whole on each rank).
     tensor_parallel: str = TP_SPLIT
+    #: Why a pipeline cannot split a model with this value into stages ("" when it can).
+    pipeline_refusal: str = ""
     #: Extra entries of the tensor-parallel plan, relative to the module holding the row's parameters.
     tensor_parallel_plan: tuple[tuple[str, str], ...] = ()
     #: Part of the output layer: an engine that builds its own (vLLM generating) decides; pooling never reads it.
@@ -61,7 +63,7 @@ VARIANTS: list[Variant] = [
     Variant("architecture", "encoder", "bidirectional stack (BERT-like)"),
     Variant("architecture", "decoder", "causal stack (GPT-like)"),
     Variant("architecture", "encoder-decoder", "encoder and decoder with cross-attention (the paper's)",
-            active_fields=("num_decoder_layers",),
+            active_fields=("num_decoder_layers",), pipeline_refusal="two lists of layers",
             vllm_refusal="vLLM serves hf_vanilla decoders (generation) and encoders (embedding, classification) "
                          "through its Transformers backend, not encoder-decoders"),
     Variant("position_embedding_type", "sinusoidal", "fixed sinusoids added to the embeddings (the paper's)",

@@ -6,6 +6,8 @@ adds a KERPLE-log scheme (per-head additive bias with parameters) the way a cont
 """
 
 
+from pathlib import Path
+
 import pytest
 import torch
 from safetensors.torch import save_file
@@ -15,7 +17,7 @@ from transformers import initialization as init
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 import hf_vanilla as hv
-from hf_vanilla import positional, variants
+from hf_vanilla import positional, support_matrix, variants
 from hf_vanilla.configuration_vanilla import rows_of
 from tests.factories import HEAD_FOR_FAMILY, config_for_row
 
@@ -233,3 +235,31 @@ def test_output_layer_rows_are_refused_only_where_vllm_builds_an_output_layer(en
     for row in (row for row in variants.VARIANTS if row.output_layer and not row.served_by_vllm):
         build_as_vllm_does(config_for_row(row, architecture="encoder"), engine)
         head_model(config_for_row(row, attn_implementation=engine))
+
+
+# ----------------------------------------------------------------------------------------------
+# Parallel plans and the support matrix read the same rows
+
+
+@pytest.mark.parametrize("row", variants.VARIANTS, ids=ROW_IDS)
+def test_the_parallel_plans_do_what_each_row_says(row):
+    config = config_for_row(row)
+    model = head_model(config)
+    assert (config.base_model_pp_plan is None) == bool(row.pipeline_refusal or row.adds_to_embeddings)
+    plan = config.base_model_tp_plan
+    scheme = variants.row("position_embedding_type", config.position_embedding_type)
+    assert any(".self_attn." in name for name in plan) == (scheme.tensor_parallel == variants.TP_SPLIT)
+    module_names = {name for name, _ in model.model.named_modules()} | {n for n, _ in model.model.named_parameters()}
+    for name, style in row.tensor_parallel_plan:  # the row's own entries name tensors the model has
+        entries = [key for key in plan if key.endswith(f"positions.{name}")]
+        assert entries and all(plan[key] == style for key in entries)
+        assert all(key in module_names for key in entries)
+
+
+def test_the_support_matrix_page_is_generated_from_the_tables():
+    page = (Path(__file__).resolve().parents[1] / "docs" / "support-matrix.md").read_text(encoding="utf-8")
+    assert page == support_matrix.page(), "regenerate: python -m hf_vanilla.support_matrix > docs/support-matrix.md"
+
+
+def test_the_support_matrix_shows_a_new_row(kerple):
+    assert "`position_embedding_type='kerple_log'`" in support_matrix.matrix()
