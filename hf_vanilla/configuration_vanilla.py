@@ -46,20 +46,28 @@ from transformers.activations import ACT2FN  # noqa: E402
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS  # noqa: E402
 from transformers.utils import logging  # noqa: E402
 
+from .variants import (  # noqa: E402
+    NON_DEFAULT,
+    TP_SPLIT,
+    VARIANTS,
+    Variant,
+    activating_values,
+    fields_with_conditions,
+    options,
+    row,
+    values,
+)
+
 logger = logging.get_logger(__name__)
 
-ARCHITECTURES = ("encoder", "decoder", "encoder-decoder")
-POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned", "rope", "alibi", "relative", "none")
-NORM_POSITIONS = ("pre", "post")
-NORM_TYPES = ("layernorm", "rmsnorm")
-SINUSOIDAL_LAYOUTS = ("interleaved", "concatenated")
-CLASSIFIER_POOLINGS = ("first", "last", "mean", "eos")
-#: Schemes that add a vector to the token embeddings (the others act inside attention).
-ADDITIVE_POSITION_TYPES = ("sinusoidal", "learned")
+ARCHITECTURES = values("architecture")
+#: Choice fields that are not in the table of variants (they change no engine's support).
+OTHER_CHOICES: dict[str, tuple[str, ...]] = {
+    "sinusoidal_layout": ("interleaved", "concatenated"),
+    "classifier_pooling": ("first", "last", "mean", "eos"),
+}
 #: Plans transformers reads from a config's class; hf_vanilla derives them from the fields (see parallel plans below).
 _DERIVED_PLANS = ("base_model_tp_plan", "base_model_pp_plan")
-#: Schemes that add a bias to the attention scores (``uses_attention_bias`` of their class in positional.py).
-BIAS_SCHEMES = ("alibi", "relative")
 
 # Keyword arguments transformers itself passes to a config besides its fields (loading, legacy, runtime): kept
 # without comment. Any other unknown key is kept too (as PreTrainedConfig does), and named once in the log.
@@ -208,6 +216,8 @@ class VanillaConfig(PreTrainedConfig):
         "n_layer": "num_hidden_layers",
         "n_head": "num_attention_heads",
         "dropout": "hidden_dropout",
+        # the names engines read for an option they honour (vLLM multiplies its logits by `logit_scale`)
+        **{variant.vllm_reads: variant.option for variant in VARIANTS if variant.vllm_reads},
     }
 
     architecture: str = "encoder-decoder"
@@ -314,17 +324,14 @@ class VanillaConfig(PreTrainedConfig):
 
     def validate_rope(self):
         """transformers' RoPE checks, only where RoPE is in use (they would reject, e.g., odd head_dim otherwise)."""
-        if self.position_embedding_type == "rope":
+        if field_is_active("rope_parameters", self):
             super().validate_rope()
 
     def check_fields(self) -> None:
-        for field, allowed in (
-            ("position_embedding_type", POSITION_EMBEDDING_TYPES),
-            ("norm_position", NORM_POSITIONS),
-            ("norm_type", NORM_TYPES),
-            ("sinusoidal_layout", SINUSOIDAL_LAYOUTS),
-            ("classifier_pooling", CLASSIFIER_POOLINGS),
-        ):
+        for field in options():
+            if NON_DEFAULT not in values(field):  # a choice, not a setting with a special value
+                _choice(field, getattr(self, field), values(field))
+        for field, allowed in OTHER_CHOICES.items():
             _choice(field, getattr(self, field), allowed)
         if self.hidden_act not in ACT2FN:
             raise ValueError(
@@ -342,7 +349,7 @@ class VanillaConfig(PreTrainedConfig):
                 f"num_key_value_heads={self.num_key_value_heads}: each key/value head must serve a whole group "
                 "of query heads."
             )
-        if self.position_embedding_type == "rope" and self.head_dim % 2:
+        if field_is_active("rope_parameters", self) and self.head_dim % 2:
             raise ValueError(f"VanillaConfig.head_dim={self.head_dim} must be even for position_embedding_type='rope'.")
         for field in ("hidden_dropout", "attention_dropout", "activation_dropout", "classifier_dropout"):
             value = getattr(self, field)
@@ -358,9 +365,9 @@ class VanillaConfig(PreTrainedConfig):
                 f"None (the normal initialisation at initializer_range), got {self.initializer_factor}."
             )
         check_numbers(self)
-        if self.position_embedding_type == "rope":
+        if field_is_active("rope_parameters", self):
             check_rope_parameters(self.rope_parameters)
-        if self.position_embedding_type == "relative":
+        if field_is_active("relative_attention_num_buckets", self):
             check_relative_buckets(self)
         for field in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
             value = getattr(self, field)
@@ -512,32 +519,29 @@ def check_relative_buckets(config: "VanillaConfig") -> None:
             )
 
 
-#: Options that change nothing unless a condition holds -> (the condition in words, its test, the option's default).
-#: A setting that would be ignored is refused rather than silently dropped.
-INACTIVE_UNLESS: dict[str, tuple[str, Callable[["VanillaConfig"], bool], Any]] = {
-    "position_offset": ("position_embedding_type is 'sinusoidal' or 'learned'",
-                        lambda c: c.position_embedding_type in ADDITIVE_POSITION_TYPES, 0),
-    "sinusoidal_layout": ("position_embedding_type='sinusoidal'",
-                          lambda c: c.position_embedding_type == "sinusoidal", "interleaved"),
-    "relative_attention_num_buckets": ("position_embedding_type='relative'",
-                                       lambda c: c.position_embedding_type == "relative", 32),
-    "relative_attention_max_distance": ("position_embedding_type='relative'",
-                                        lambda c: c.position_embedding_type == "relative", 128),
-    "rope_parameters": ("position_embedding_type='rope'", lambda c: c.position_embedding_type == "rope", None),
-    "norm_bias": ("norm_type='layernorm'", lambda c: c.norm_type == "layernorm", True),
-    "num_decoder_layers": ("architecture='encoder-decoder'", lambda c: c.architecture == "encoder-decoder", None),
-}
+def inactive_rule(name: str) -> tuple[str, Callable[["VanillaConfig"], bool], Any]:
+    """A field that changes nothing unless an option has certain values (the table's ``active_fields``) ->
+    (that condition in words, its test, the field's default). A setting that would be ignored is refused."""
+    ((option, allowed),) = activating_values(name).items()
+    words = f"{option}={allowed[0]!r}" if len(allowed) == 1 else f"{option} is {' or '.join(map(repr, allowed))}"
+    return words, lambda config: getattr(config, option) in allowed, VanillaConfig.__dataclass_fields__[name].default
+
+
+def field_is_active(name: str, config: "VanillaConfig") -> bool:
+    """Whether ``name`` changes what this config computes (fields without a condition always do)."""
+    return name not in fields_with_conditions() or inactive_rule(name)[1](config)
+
 
 #: The RoPE settings PreTrainedConfig writes into every config that has the field (older saves carry them).
 _BASE_ROPE_DEFAULTS = ({"rope_theta": 10000.0, "rope_type": "default"}, {"rope_theta": 10000, "rope_type": "default"})
 
 
 def check_inactive_options(
-    config: "VanillaConfig", rope_scaling: dict | None = None, names: tuple[str, ...] = tuple(INACTIVE_UNLESS)
+    config: "VanillaConfig", rope_scaling: dict | None = None, names: tuple[str, ...] | None = None
 ) -> None:
     """Refuse a setting the chosen scheme, norm or family would silently ignore."""
-    for name in names:
-        condition, active, default = INACTIVE_UNLESS[name]
+    for name in fields_with_conditions() if names is None else names:
+        condition, active, default = inactive_rule(name)
         if active(config):
             continue
         value = getattr(config, name, default)  # rope_parameters exists only with RoPE (or once a tool assigns it)
@@ -567,6 +571,54 @@ def check_rope_settings(config: "VanillaConfig") -> None:
 ATTENTION_TAKING_BIAS: set[Callable] = set()
 
 
+def rows_of(config: "VanillaConfig") -> tuple[Variant, ...]:
+    """The table's rows this config uses (a NON_DEFAULT row where its option differs from the field's default)."""
+    defaults = VanillaConfig.__dataclass_fields__
+    return tuple(
+        variant for variant in VARIANTS
+        if (getattr(config, variant.option) != defaults[variant.option].default if variant.value == NON_DEFAULT
+            else getattr(config, variant.option) == variant.value)
+    )
+
+
+def vllm_refusals(config: "VanillaConfig") -> list[str]:
+    """Why vLLM cannot serve this config, one line per option (empty when it can). Output-layer options count
+    for a decoder only: vLLM generates with its own output layer, and pools an encoder's hidden states."""
+    return [f"{variant.option}={getattr(config, variant.option)!r}: {variant.vllm_refusal}"
+            for variant in rows_of(config) if variant.vllm_refusal and (config.is_decoder or not variant.output_layer)]
+
+
+#: Where transformers' and hf_vanilla's own attention functions live; a function from elsewhere is an engine's.
+_OWN_ATTENTION_PACKAGES = frozenset({"transformers", "hf_vanilla", __name__.partition(".")[0]})
+
+
+def is_engine_attention(implementation: str | None) -> bool:
+    """Whether ``implementation`` dispatches to a serving engine's attention (vLLM registers its own function):
+    such an engine builds the bare model and its own output layer from the config."""
+    try:
+        function = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, None) if implementation else None
+    except KeyError:
+        return False
+    return function is not None and function.__module__.partition(".")[0] not in _OWN_ATTENTION_PACKAGES
+
+
+def refuse_engine_options(config: "VanillaConfig", implementation: str | None) -> None:
+    """Before an engine's first token: refuse every option of this config its table row says vLLM cannot carry."""
+    refusals = vllm_refusals(config) if is_engine_attention(implementation) else []
+    if refusals:
+        raise ValueError(
+            f"attn_implementation={implementation!r} is a serving engine's attention (vLLM's): it cannot serve this "
+            f"model as configured, and would serve wrong numbers rather than fail. " + " | ".join(refusals) +
+            ". Serve it with transformers (generate / pipeline), or train a model without these options "
+            "(docs/support-matrix.md lists what vLLM serves)."
+        )
+
+
+def scheme_row(config: "VanillaConfig") -> Variant:
+    """The table's row for this config's positional scheme."""
+    return row("position_embedding_type", config.position_embedding_type)
+
+
 def refuse_attention_dropping_bias(
     config: "VanillaConfig", implementation: str | None, function: Callable | None = None
 ) -> None:
@@ -579,7 +631,7 @@ def refuse_attention_dropping_bias(
     parameter. ``function`` is what ``implementation`` dispatches to, if the caller has it already.
     """
     scheme = config.position_embedding_type
-    if not implementation or scheme not in BIAS_SCHEMES or function in ATTENTION_TAKING_BIAS:
+    if not implementation or not scheme_row(config).attention_bias or function in ATTENTION_TAKING_BIAS:
         return
     if function is None:
         try:
@@ -618,21 +670,21 @@ def tensor_parallel_plan(config: "VanillaConfig") -> dict[str, str]:
     Every rank computes the same result as one process, up to the order of the row-wise sums:
     * attention heads are split across ranks (q, k, v column-wise, o row-wise); the ranks must divide
       ``num_key_value_heads``. A single key/value head (multi-query) cannot be split: its attention stays whole.
-    * T5's relative bias holds one column per head: each rank keeps its heads' columns. ALiBi's slopes are not
-      weights a plan can shard, so with ALiBi self-attention stays whole on every rank (cross-attention is split).
+    * a scheme's per-head parameters follow its row's plan (T5's relative bias: each rank keeps its heads'
+      columns); a scheme whose row keeps heads whole (ALiBi: its slopes are not weights a plan can shard) leaves
+      self-attention whole on every rank (cross-attention is split).
     * the feed-forward network (gate and up column-wise, down row-wise).
     transformers adds the token embedding (split by vocabulary) and the heads add their output projection.
     """
     stacks = {"encoder": ("encoder",), "decoder": ("decoder",), "encoder-decoder": ("encoder", "decoder")}
     split_heads = config.num_key_value_heads > 1
+    scheme = scheme_row(config)
     plan: dict[str, str] = {}
     for stack in stacks[config.architecture]:
         layers = f"{stack}.layers.*"
-        if split_heads and config.position_embedding_type != "alibi":
+        if split_heads and scheme.tensor_parallel == TP_SPLIT:
             plan |= attention_tp_plan(f"{layers}.self_attn")
-            if config.position_embedding_type == "relative":  # (buckets, heads): the columns of this rank's heads
-                bias = f"{stack}.positions.relative_attention_bias"
-                plan |= {f"{bias}.weight": "embedding_colwise", bias: "local_params"}
+            plan |= {f"{stack}.positions.{name}": style for name, style in scheme.tensor_parallel_plan}
         if split_heads and stack == "decoder" and config.is_encoder_decoder:
             plan |= attention_tp_plan(f"{layers}.cross_attn")
         if config.gated_ffn:
@@ -649,9 +701,9 @@ def pipeline_parallel_plan(config: "VanillaConfig") -> dict[str, tuple[list[str]
     or a norm to its input embeddings: those would be added again to the hidden states a stage receives.
     """
     adds_to_embeddings = (
-        config.position_embedding_type in ADDITIVE_POSITION_TYPES or config.embedding_norm or config.type_vocab_size
+        scheme_row(config).adds_to_embeddings or config.embedding_norm or config.type_vocab_size
     )
-    if config.is_encoder_decoder or adds_to_embeddings:
+    if adds_to_embeddings or any(variant.pipeline_refusal for variant in rows_of(config)):
         return None
     stack = "decoder" if config.is_decoder else "encoder"
     plan = {

@@ -594,21 +594,17 @@ def _vanilla_config_fields() -> tuple[dataclasses.Field, ...]:
 
 def _relevant(name: str, config: VanillaConfig, head_class: str) -> bool:
     """Whether a VanillaConfig field changes what this model computes (e.g. rope_parameters only with RoPE)."""
-    scheme = config.position_embedding_type
     if name in _LM_HEAD_FIELDS:
         return head_class in _LM_HEADS
     if name in _POOLING_FIELDS:
         return head_class == "VanillaForSequenceClassification"
-    return {
-        "position_offset": scheme in ("learned", "sinusoidal"),
-        "sinusoidal_layout": scheme == "sinusoidal",
-        "max_position_embeddings": scheme in ("learned", "rope"),
-        "rope_parameters": scheme == "rope",
-        "relative_attention_num_buckets": scheme == "relative",
-        "relative_attention_max_distance": scheme == "relative",
-        "norm_bias": config.norm_type == "layernorm",
-        "num_decoder_layers": config.architecture == "encoder-decoder",
-    }.get(name, True)
+    from . import variants
+    from .configuration_vanilla import field_is_active
+
+    if name == "max_position_embeddings":  # sizes a trained table added to the embeddings, or RoPE's scaling
+        scheme = variants.row("position_embedding_type", config.position_embedding_type)
+        return (scheme.adds_to_embeddings and scheme.parameters) or field_is_active("rope_parameters", config)
+    return field_is_active(name, config)
 
 
 def _same(name: str, value: Any, expected: Any, config: VanillaConfig) -> bool:

@@ -12,12 +12,13 @@ every transformers release from 5.16.1 (see "The transformers releases these fil
 # First: the configuration module refuses a transformers release older than these files support.
 from .configuration_vanilla import (
     ATTENTION_TAKING_BIAS,
-    BIAS_SCHEMES,
     HEAD_FAMILIES,
     VanillaConfig,
     auto_map_for,
     check_rope_settings,
     refuse_attention_dropping_bias,
+    refuse_engine_options,
+    scheme_row,
 )
 
 # isort: split
@@ -61,7 +62,6 @@ from .positional import (
     RelativePositionBias,
     build_positional_scheme,
     rotate_folded,
-    sinusoid_table,
 )
 
 # ----------------------------------------------------------------------------------------------
@@ -546,8 +546,8 @@ class VanillaPreTrainedModel(PreTrainedModel):
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)  # linears and embeddings N(0, initializer_range), norms at 1, biases at 0
-        if isinstance(module, PositionalScheme):
-            reset_positional_buffers(module)
+        if isinstance(module, PositionalScheme):  # each scheme knows its own parameters and tables
+            module.init_own_weights(self.config)
         if self.config.initializer_factor is not None:  # also here: resize_token_embeddings inits new modules only so
             init_like_t5(module, self.config)
         elif isinstance(module, VanillaTokenEmbedding) and module.embed_scale is not None:
@@ -605,34 +605,14 @@ def refuse_flex_generation_on_cpu(config: VanillaConfig, device: torch.device, m
         return
     masks = {key: model_kwargs.get(key) for key in ("attention_mask", "decoder_attention_mask")}
     padded = [key for key, mask in masks.items() if mask is not None and mask.dim() == 2 and not bool(mask.all())]
-    scheme = config.position_embedding_type
-    if scheme in BIAS_SCHEMES or padded:
-        reason = f"the {scheme} attention bias" if scheme in BIAS_SCHEMES else f"a padded {padded[0]}"
+    scheme = scheme_row(config)
+    if scheme.attention_bias or padded:
+        reason = f"the {scheme.value} attention bias" if scheme.attention_bias else f"a padded {padded[0]}"
         raise ValueError(
             f"generate() with attn_implementation='flex_attention' on CPU cannot use {reason}: torch's inductor "
             "fails to compile the CPU flex kernel for a captured bias or padding mask once generation changes the "
             "sequence length. Generate on CPU with model.set_attn_implementation('sdpa') or 'eager' (the same tokens)."
         )
-
-
-def reset_positional_buffers(scheme: PositionalScheme) -> None:
-    """Recompute the non-persistent tables: checkpoints do not hold them, and meta-device init leaves them empty."""
-    if hasattr(scheme, "table"):
-        positions = torch.arange(scheme.table.shape[0])
-        init.copy_(scheme.table, sinusoid_table(positions, scheme.dim, scheme.interleaved))
-    if hasattr(scheme, "slopes"):
-        from .positional import alibi_slopes
-
-        init.copy_(scheme.slopes, alibi_slopes(scheme.slopes.shape[0]))
-    if hasattr(scheme, "original_inv_freq"):
-        init_fn = scheme.default_inverse_frequencies
-        if scheme.rope_type != "default":
-            from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-            init_fn = ROPE_INIT_FUNCTIONS[scheme.rope_type]
-        inv_freq, _ = init_fn(scheme.config)
-        init.copy_(scheme.inv_freq, inv_freq)
-        init.copy_(scheme.original_inv_freq, inv_freq)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -858,8 +838,10 @@ class VanillaModel(VanillaPreTrainedModel):
     * ``encoder-decoder``: ``(input_ids, attention_mask, decoder_input_ids, ...)`` -> :class:`Seq2SeqModelOutput`
     """
 
-    def __init__(self, config: VanillaConfig):
+    def __init__(self, config: VanillaConfig, *, under_head: bool = False):
         super().__init__(config)
+        if not under_head:  # built alone, as an engine builds it under its own output layer: refuse what it would drop
+            refuse_engine_options(config, config._attn_implementation)
         self.embed_tokens = VanillaTokenEmbedding(config)
         family = config.architecture
         # Keyword arguments only: an engine may wrap the stack classes in a constructor that refuses any other
@@ -1040,7 +1022,7 @@ class VanillaForCausalLM(VanillaLMHeadMixin, VanillaPreTrainedModel, GenerationM
 
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
-        self.model = VanillaModel(config)
+        self.model = VanillaModel(config, under_head=True)
         self._build_lm_head(config)
         self.post_init()
 
@@ -1087,7 +1069,7 @@ class VanillaForMaskedLM(VanillaLMHeadMixin, VanillaPreTrainedModel):
 
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
-        self.model = VanillaModel(config)
+        self.model = VanillaModel(config, under_head=True)
         self._build_lm_head(config)
         self.post_init()
 
@@ -1123,7 +1105,7 @@ class VanillaForSeq2SeqLM(VanillaLMHeadMixin, VanillaPreTrainedModel, Generation
 
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
-        self.model = VanillaModel(config)
+        self.model = VanillaModel(config, under_head=True)
         self._build_lm_head(config)
         self.post_init()
         self.loss_type = "ForMaskedLM"
@@ -1273,7 +1255,7 @@ class VanillaForSequenceClassification(VanillaUnderstandingHead):
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.model = VanillaModel(config)
+        self.model = VanillaModel(config, under_head=True)
         self.pooler = VanillaPooler(config)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout
         self.dropout = nn.Dropout(dropout)
@@ -1322,7 +1304,7 @@ class VanillaForTokenClassification(VanillaUnderstandingHead):
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.model = VanillaModel(config)
+        self.model = VanillaModel(config, under_head=True)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout
         self.dropout = nn.Dropout(dropout)
         self.score = nn.Linear(config.hidden_size, config.num_labels)
@@ -1354,7 +1336,7 @@ class VanillaForQuestionAnswering(VanillaUnderstandingHead):
 
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
-        self.model = VanillaModel(config)
+        self.model = VanillaModel(config, under_head=True)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 

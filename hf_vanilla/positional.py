@@ -9,6 +9,9 @@ holds. A stack calls its scheme twice per forward:
   returns the :class:`PositionalAttentionInputs` every layer's self-attention uses: a rotation of
   queries and keys (RoPE) and/or an additive bias on the attention scores (ALiBi, T5 relative).
 
+Each class names the row of the table of variants (variants.py) it implements and registers itself under it:
+a new scheme is one row there and one class here, and the model builds it by name.
+
 Bias schemes measure distance from cache positions (``query_offset + i`` against key ``j``), not from
 ``position_ids``: distance is translation invariant, so left padding and the KV cache leave it
 unchanged and the bias lines up with whatever keys the cache holds.
@@ -19,12 +22,15 @@ This file travels to the Hub with the model: it imports only torch, transformers
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
+from transformers import initialization as init
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 
-from .configuration_vanilla import VanillaConfig
+from .configuration_vanilla import VanillaConfig, scheme_row
+from .variants import row
 
 
 @dataclass
@@ -38,14 +44,38 @@ class PositionalAttentionInputs:
 NO_POSITIONAL_INPUTS = PositionalAttentionInputs()
 
 
+#: position_embedding_type -> the class that implements it (each registers itself by naming its ``scheme``).
+SCHEME_CLASSES: dict[str, type["PositionalScheme"]] = {}
+
+
 class PositionalScheme(nn.Module):
     """The interface. Subclasses override what they use; the defaults do nothing."""
 
-    #: Adds a bias to attention scores (configuration_vanilla.BIAS_SCHEMES): only attention functions that take
-    #: `position_bias` apply it.
-    uses_attention_bias: bool = False
+    #: The value of ``position_embedding_type`` (a row of the table of variants) this class implements.
+    scheme: ClassVar[str | None] = None
     #: Positions beyond this raise an error (None: the scheme extrapolates).
     hard_max_positions: int | None = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.scheme is not None:
+            SCHEME_CLASSES[cls.scheme] = cls
+
+    @classmethod
+    def for_stack(cls, config: VanillaConfig, causal: bool) -> "PositionalScheme":
+        """The scheme for a causal or a bidirectional stack (most schemes do not care which)."""
+        return cls(config)
+
+    @property
+    def uses_attention_bias(self) -> bool:
+        """Adds a bias to attention scores (the table's ``attention_bias``): only attention functions that take
+        `position_bias` apply it."""
+        return row("position_embedding_type", self.scheme).attention_bias
+
+    def init_own_weights(self, config: VanillaConfig) -> None:
+        """Draw this scheme's own parameters and recompute its tables (checkpoints do not hold them, and a build on
+        the meta device leaves them empty). Parameters of child modules (nn.Embedding) are drawn by
+        ``_init_weights`` as every embedding's are; transformers' init functions skip tensors already loaded."""
 
     def embed(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         return inputs_embeds
@@ -76,6 +106,11 @@ class PositionalScheme(nn.Module):
 class NoPositions(PositionalScheme):
     """No positional information: attention is permutation-equivariant (a bag of tokens)."""
 
+    scheme = "none"
+
+    def __init__(self, config: VanillaConfig):
+        super().__init__()
+
 
 def sinusoid_table(positions: torch.Tensor, dim: int, interleaved: bool) -> torch.Tensor:
     """The paper's encodings, PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...).
@@ -98,6 +133,8 @@ def sinusoid_table(positions: torch.Tensor, dim: int, interleaved: bool) -> torc
 class SinusoidalPositions(PositionalScheme):
     """Fixed sinusoids added to the token embeddings (Vaswani et al., section 3.5)."""
 
+    scheme = "sinusoidal"
+
     def __init__(self, config: VanillaConfig):
         super().__init__()
         self.dim = config.hidden_size
@@ -113,6 +150,9 @@ class SinusoidalPositions(PositionalScheme):
             self.table = nn.Buffer(grown, persistent=False)
         return self.table
 
+    def init_own_weights(self, config: VanillaConfig) -> None:
+        init.copy_(self.table, sinusoid_table(torch.arange(self.table.shape[0]), self.dim, self.interleaved))
+
     def embed(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         positions = position_ids + self.offset
         if not torch.compiler.is_compiling() and positions.numel():
@@ -122,6 +162,8 @@ class SinusoidalPositions(PositionalScheme):
 
 class LearnedPositions(PositionalScheme):
     """One trained vector per position (BERT, GPT-2, BART); no encoding exists past the last one."""
+
+    scheme = "learned"
 
     def __init__(self, config: VanillaConfig):
         super().__init__()
@@ -169,16 +211,27 @@ class RotaryPositions(PositionalScheme):
     ``ROPE_INIT_FUNCTIONS`` through ``config.rope_parameters``.
     """
 
+    scheme = "rope"
+
     def __init__(self, config: VanillaConfig):
         super().__init__()
         self.config = config
         self.rope_type = config.rope_parameters.get("rope_type", "default")
         self.max_seq_len_cached = config.max_position_embeddings
         self.original_max_seq_len = config.max_position_embeddings
-        init_fn = self.default_inverse_frequencies if self.rope_type == "default" else ROPE_INIT_FUNCTIONS[self.rope_type]
-        inv_freq, self.attention_scaling = init_fn(config)
+        inv_freq, self.attention_scaling = self.inverse_frequencies(config)
         self.inv_freq = nn.Buffer(inv_freq, persistent=False)
         self.original_inv_freq = nn.Buffer(inv_freq.clone(), persistent=False)
+
+    def inverse_frequencies(self, config: VanillaConfig) -> tuple[torch.Tensor, float]:
+        """The rotation frequencies and attention scaling of this config's ``rope_type``."""
+        init_fn = self.default_inverse_frequencies if self.rope_type == "default" else ROPE_INIT_FUNCTIONS[self.rope_type]
+        return init_fn(config)
+
+    def init_own_weights(self, config: VanillaConfig) -> None:
+        inv_freq, _ = self.inverse_frequencies(self.config)
+        init.copy_(self.inv_freq, inv_freq)
+        init.copy_(self.original_inv_freq, inv_freq)
 
     @staticmethod
     def default_inverse_frequencies(config: VanillaConfig, *args, **kwargs) -> tuple[torch.Tensor, float]:
@@ -229,13 +282,20 @@ class ALiBiPositions(PositionalScheme):
     bidirectional stack gets the full table, built straight in the compute dtype without integer intermediates.
     """
 
-    uses_attention_bias = True
+    scheme = "alibi"
 
     def __init__(self, config: VanillaConfig, causal: bool = False):
         super().__init__()
         self.config = config  # read per call: the attention implementation may change after init
         self.causal = causal
         self.slopes = nn.Buffer(alibi_slopes(config.num_attention_heads), persistent=False)
+
+    @classmethod
+    def for_stack(cls, config: VanillaConfig, causal: bool) -> "ALiBiPositions":
+        return cls(config, causal=causal)
+
+    def init_own_weights(self, config: VanillaConfig) -> None:
+        init.copy_(self.slopes, alibi_slopes(self.slopes.shape[0]))
 
     def attention_inputs(self, hidden_states, position_ids, query_offset, key_length):
         batch, query_length = hidden_states.shape[:2]
@@ -278,7 +338,11 @@ def relative_position_bucket(
 class RelativePositionBias(PositionalScheme):
     """T5-style learned bias per head and distance bucket, shared by all layers of a stack."""
 
-    uses_attention_bias = True
+    scheme = "relative"
+
+    @classmethod
+    def for_stack(cls, config: VanillaConfig, causal: bool) -> "RelativePositionBias":
+        return cls(config, bidirectional=not causal)
 
     def __init__(self, config: VanillaConfig, bidirectional: bool):
         super().__init__()
@@ -297,15 +361,10 @@ class RelativePositionBias(PositionalScheme):
 
 def build_positional_scheme(config: VanillaConfig, causal: bool) -> PositionalScheme:
     """The scheme ``config.position_embedding_type`` names, for a causal or a bidirectional stack."""
-    kind = config.position_embedding_type
-    if kind == "sinusoidal":
-        return SinusoidalPositions(config)
-    if kind == "learned":
-        return LearnedPositions(config)
-    if kind == "rope":
-        return RotaryPositions(config)
-    if kind == "alibi":
-        return ALiBiPositions(config, causal=causal)
-    if kind == "relative":
-        return RelativePositionBias(config, bidirectional=not causal)
-    return NoPositions()
+    scheme = scheme_row(config).value
+    if scheme not in SCHEME_CLASSES:
+        raise ValueError(
+            f"position_embedding_type={scheme!r} is in the table of variants but no PositionalScheme subclass names "
+            f"it: define one with `scheme = {scheme!r}` (hf_vanilla/positional.py) before building the model."
+        )
+    return SCHEME_CLASSES[scheme].for_stack(config, causal)

@@ -57,8 +57,6 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_VENV = ROOT / ".venv-vllm"
 ENV_SCRIPT = ROOT / "scripts" / "vllm_env.sh"
 
-#: Position schemes that add a bias to the attention scores: vLLM's attention takes q, k and v only and drops it.
-BIAS_SCHEMES = ("alibi", "relative")
 #: Head sizes vLLM's CPU attention kernels support.
 CPU_HEAD_SIZES = (32, 512)
 
@@ -109,15 +107,11 @@ def refusal(config: dict[str, Any]) -> str | None:
     """Why vLLM's Transformers backend cannot serve the model of this config.json, or None."""
     if config.get("model_type") != "vanilla":
         return None  # a native transformers model: vLLM decides
-    family = config.get("architecture", "encoder-decoder")
-    if family not in ("decoder", "encoder"):
-        return (f"architecture={family!r}: vLLM's Transformers backend serves decoders (generation) and encoders "
-                "(embedding models), not encoder-decoders.")
-    scheme = config.get("position_embedding_type", "sinusoidal")
-    if scheme in BIAS_SCHEMES:
-        return (f"position_embedding_type={scheme!r} adds a bias to the attention scores, and vLLM's attention "
-                "takes q, k and v only: it would drop the bias and serve wrong logprobs. Train with 'rope', "
-                "'sinusoidal', 'learned' or 'none' to serve in vLLM.")
+    from hf_vanilla.configuration_vanilla import VanillaConfig, vllm_refusals  # the table of variants decides
+
+    refusals = vllm_refusals(VanillaConfig.from_dict(config))
+    if refusals:
+        return " | ".join(refusals) + " (docs/support-matrix.md lists what vLLM serves)."
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
     low, high = CPU_HEAD_SIZES
     if not low <= head_dim <= high:

@@ -10,10 +10,11 @@ from pathlib import Path
 import torch
 
 import hf_vanilla as hv
+from hf_vanilla import variants
 
-FAMILIES = ("encoder", "decoder", "encoder-decoder")
-SCHEMES = ("sinusoidal", "learned", "rope", "alibi", "relative", "none")
-NORMS = ("pre", "post")
+FAMILIES = variants.values("architecture")
+SCHEMES = variants.values("position_embedding_type")
+NORMS = variants.values("norm_position")
 BACKENDS = ("eager", "sdpa", "flex_attention")
 
 HEAD_FOR_FAMILY = {
@@ -100,3 +101,14 @@ def run_without_package(script: str, folder: Path) -> subprocess.CompletedProces
     guarded = 'import sys\nsys.modules["hf_vanilla"] = None  # any import of the package fails\n' + script
     return subprocess.run([sys.executable, "-c", guarded], capture_output=True, text=True, env=env, cwd=folder,
                           timeout=600)
+
+
+#: A setting for a table row whose value is "any non-default" (variants.NON_DEFAULT), by option.
+NON_DEFAULT_SETTINGS = {"lm_head_scale": 0.5}
+
+
+def config_for_row(row: variants.Variant, **overrides) -> hv.VanillaConfig:
+    """The tiny config that uses ``row`` (a decoder with RoPE unless the row says otherwise)."""
+    value = NON_DEFAULT_SETTINGS[row.option] if row.value == variants.NON_DEFAULT else row.value
+    base = {"architecture": "decoder", "position_embedding_type": "rope", row.option: value, **overrides}
+    return tiny_config(base.pop("architecture"), base.pop("position_embedding_type"), **base)

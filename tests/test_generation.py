@@ -4,6 +4,7 @@ import pytest
 import torch
 from transformers import DynamicCache, EncoderDecoderCache, StaticCache
 
+from hf_vanilla import variants
 from tests.factories import BACKENDS, SCHEMES, padded_batch, tiny_model
 
 GENERATING = ("decoder", "encoder-decoder")
@@ -27,7 +28,7 @@ def test_cached_equals_uncached_greedy_with_padding(family, scheme):
     torch.testing.assert_close(cached, static, rtol=0, atol=0)
 
 
-BIAS_SCHEMES = ("alibi", "relative")
+BIAS_SCHEMES = variants.values_where("position_embedding_type", attention_bias=True)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

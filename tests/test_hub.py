@@ -33,7 +33,7 @@ from tests.hub_server import TOKEN, USER, LocalHub
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TEXTS = ["the king", "thou queen of the night speak"]
-CODE = ["configuration_vanilla.py", "modeling_vanilla.py", "positional.py"]
+CODE = ["configuration_vanilla.py", "modeling_vanilla.py", "positional.py", "variants.py"]
 # What a push of a training run uploads: the model, its code and tokenizer, the run files and the card.
 SHARED_RUN_FILES = sorted([
     "README.md", "config.json", "curves.png", "generation_config.json", "metrics.json", "model.safetensors",

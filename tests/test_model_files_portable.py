@@ -1,7 +1,7 @@
 """The model files that travel with a checkpoint run on every supported transformers release (issue 22).
 
-The package needs the newest transformers; the three model files (configuration_vanilla.py, modeling_vanilla.py,
-positional.py) run on every release from 5.16.1, the oldest vLLM supports. This module imports neither hf_vanilla
+The package needs the newest transformers; the model files (configuration_vanilla.py, modeling_vanilla.py,
+positional.py, variants.py) run on every release from 5.16.1, the oldest vLLM supports. This module imports neither hf_vanilla
 nor the other test helpers, so scripts/test.sh runs it in a second environment with the oldest release, where the
 package itself does not install (``pytest --noconftest tests/test_model_files_portable.py``). It loads the files as
 ``trust_remote_code=True`` does, registers them for the Auto classes as ``hf_vanilla.register()`` does (pinned by
@@ -9,6 +9,7 @@ tests/test_model_files.py), and checks forward, cached generation and save-then-
 """
 
 import ast
+import importlib.util
 import json
 import os
 import shutil
@@ -26,8 +27,18 @@ from transformers.dynamic_module_utils import get_class_from_dynamic_module, get
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # with --noconftest nothing else says so; nothing here needs the Hub
 
 PACKAGE = Path(__file__).resolve().parents[1] / "hf_vanilla"
-FAMILIES = ("encoder", "decoder", "encoder-decoder")
-SCHEMES = ("sinusoidal", "learned", "rope", "alibi", "relative", "none")
+
+
+def table_values(option: str) -> tuple:
+    """The values of ``option`` in the table of variants, read from variants.py as it travels (standard library only)."""
+    spec = importlib.util.spec_from_file_location("travelling_variants", PACKAGE / "variants.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    return table.values(option)
+
+
+FAMILIES = table_values("architecture")
+SCHEMES = table_values("position_embedding_type")
 HEAD_FOR_FAMILY = {"encoder": "VanillaForMaskedLM", "decoder": "VanillaForCausalLM",
                    "encoder-decoder": "VanillaForSeq2SeqLM"}
 AUTO_FOR_FAMILY = {"encoder": "AutoModelForMaskedLM", "decoder": "AutoModelForCausalLM",

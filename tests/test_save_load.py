@@ -235,7 +235,7 @@ def test_loads_with_trust_remote_code_without_the_package(tmp_path):
     model.save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["auto_map"]["AutoModelForSeq2SeqLM"] == "modeling_vanilla.VanillaForSeq2SeqLM"
-    assert {"modeling_vanilla.py", "configuration_vanilla.py", "positional.py"} <= set(os.listdir(tmp_path))
+    assert {"modeling_vanilla.py", "configuration_vanilla.py", "positional.py", "variants.py"} <= set(os.listdir(tmp_path))
     torch.save({"ids": ids, "mask": mask, "expected": expected}, tmp_path / "io.pt")
     script = textwrap.dedent(f"""
         import torch

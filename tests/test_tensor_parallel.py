@@ -32,6 +32,7 @@ from transformers.distributed.parallel_utils import replace_layer_number_by_wild
 from transformers.distributed.pipeline_parallel import PipelineIdentityLayer
 
 import hf_vanilla as hv
+from hf_vanilla import variants
 from tests.factories import FAMILIES, SCHEMES, padded_batch, tiny_config, tiny_model, tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,9 +56,6 @@ CASES = {
                            (*SPLIT_ATTENTION, *SPLIT_FFN, "mlp.gate_proj.weight", "lm_head.weight", "embed_tokens"), ()),
     "gpt2-like decoder, tied": ("decoder", "learned", dict(num_key_value_heads=4, norm_position="pre"), None,
                                 (*SPLIT_ATTENTION, *SPLIT_FFN, "embed_tokens"), ("positions.embeddings",)),
-    "decoder, ALiBi": ("decoder", "alibi", {}, None, SPLIT_FFN, ("self_attn.q_proj.weight", "self_attn.k_proj.weight")),
-    "decoder, T5 relative bias": ("decoder", "relative", {}, None,
-                                  (*SPLIT_ATTENTION, "positions.relative_attention_bias.weight"), ()),
     "decoder, multi-query, no positions": ("decoder", "none", dict(num_key_value_heads=1), None, SPLIT_FFN,
                                            ("self_attn.q_proj.weight", "self_attn.k_proj.weight")),
     "bert-like encoder": ("encoder", "learned", dict(embedding_norm=True, type_vocab_size=2, lm_head_transform=True,
@@ -78,6 +76,18 @@ CASES = {
     "encoder-decoder, ALiBi": ("encoder-decoder", "alibi", {}, None, ("cross_attn.q_proj.weight", *SPLIT_FFN),
                                ("self_attn.q_proj.weight",)),
 }
+
+
+def scheme_case(row: variants.Variant) -> tuple:
+    """A decoder with this scheme: what its row says tensor parallelism splits (its per-head parameters too) or
+    keeps whole. Read from the table, so a new scheme runs on two ranks without an edit here."""
+    if row.tensor_parallel == variants.TP_WHOLE:
+        return ("decoder", row.value, {}, None, SPLIT_FFN, ("self_attn.q_proj.weight", "self_attn.k_proj.weight"))
+    own = tuple(f"positions.{name}" for name, _ in row.tensor_parallel_plan if name.endswith(".weight"))
+    return ("decoder", row.value, {}, None, (*SPLIT_ATTENTION, *own), ())
+
+
+CASES |= {f"decoder, {row.value} positions": scheme_case(row) for row in variants.rows("position_embedding_type")}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
 import hf_vanilla as hv
+from hf_vanilla import variants
 from hf_vanilla.checkpoint import load_complete, save_pretrained_atomic
-from hf_vanilla.configuration_vanilla import INACTIVE_UNLESS
+from hf_vanilla.configuration_vanilla import field_is_active, inactive_rule
 from hf_vanilla.convert import convert_checkpoint
 from tests.factories import (
     BACKENDS,
@@ -63,7 +64,7 @@ def valid_configs(draw):
     # An option the drawn scheme, norm or family would ignore is not valid: leave it at its default.
     drawn = SimpleNamespace(**fields)
     return {name: value for name, value in fields.items()
-            if name not in INACTIVE_UNLESS or INACTIVE_UNLESS[name][1](drawn)}
+            if field_is_active(name, drawn)}
 
 
 @given(fields=valid_configs(), length=st.integers(2, 6), batch=st.integers(1, 3), data=st.data())
@@ -116,9 +117,9 @@ def test_every_invalid_configuration_is_refused_naming_the_field(fields, bad):
         hv.VanillaConfig(**fields)
 
 
-@given(fields=valid_configs(), option=st.sampled_from(sorted(INACTIVE_UNLESS)))
+@given(fields=valid_configs(), option=st.sampled_from(sorted(variants.fields_with_conditions())))
 def test_an_option_the_config_would_ignore_is_refused(fields, option):
-    condition, active, default = INACTIVE_UNLESS[option]
+    condition, active, default = inactive_rule(option)
     config = hv.VanillaConfig(**fields)
     assume(not active(config))
     setting = {"position_offset": 2, "sinusoidal_layout": "concatenated", "relative_attention_num_buckets": 8,

@@ -1,0 +1,157 @@
+"""One table of variants: every value of every structural option, and what it needs of each engine.
+
+A row says what one value of one config field *is* (does it add to the embeddings, add a bias to the attention
+scores, hold parameters, which fields take effect only with it) and what each engine does with it (tensor
+parallelism splits its heads or keeps them whole; vLLM serves it, serves it through another field, or is refused
+with a reason). Config validation, the inactive-options rule, the parallel plans, the engine refusals, convert's
+relevant fields, scripts and the tests' grids read this table; nothing else lists option values.
+
+A new value is one row here (``register``) and, for a positional scheme, one class in positional.py naming it.
+
+This file travels to the Hub with the model: it imports only the standard library.
+"""
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+#: Tensor parallelism: a row's attention heads are split across ranks with their weights, or kept whole on each.
+TP_SPLIT, TP_WHOLE = "split heads", "whole heads"
+
+#: ``Variant.value`` for an option whose every non-default value behaves alike (a scale, a flag).
+NON_DEFAULT = "non-default"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One value of one config option and what it needs of every engine."""
+
+    option: str
+    value: Any
+    summary: str
+    #: Fields that change nothing unless the option has this value (set otherwise, they are refused).
+    active_fields: tuple[str, ...] = ()
+    #: Adds a vector to the token embeddings (a pipeline stage receiving hidden states would add it again).
+    adds_to_embeddings: bool = False
+    #: Adds a bias to the attention scores: only attention functions taking ``position_bias`` apply it.
+    attention_bias: bool = False
+    #: Holds trained parameters of its own (initialised by its module, loaded from checkpoints).
+    parameters: bool = False
+    #: Tensor parallelism: TP_SPLIT or TP_WHOLE (self-attention of every layer kept whole on each rank).
+    tensor_parallel: str = TP_SPLIT
+    #: Why a pipeline cannot split a model with this value into stages ("" when it can).
+    pipeline_refusal: str = ""
+    #: Extra entries of the tensor-parallel plan, relative to the module holding the row's parameters.
+    tensor_parallel_plan: tuple[tuple[str, str], ...] = ()
+    #: Part of the output layer: an engine that builds its own (vLLM generating) decides; pooling never reads it.
+    output_layer: bool = False
+    #: Why vLLM cannot serve this value ("" when it can).
+    vllm_refusal: str = ""
+    #: The config attribute vLLM reads to honour this value ("" when it needs none).
+    vllm_reads: str = ""
+
+    @property
+    def served_by_vllm(self) -> bool:
+        return not self.vllm_refusal
+
+
+_BIAS_IN_VLLM = "vLLM's attention takes queries, keys and values only: the additive bias would be dropped"
+_HEAD_IN_VLLM = "vLLM builds its own output layer from vocab_size, tie_word_embeddings and logit_scale alone"
+
+VARIANTS: list[Variant] = [
+    Variant("architecture", "encoder", "bidirectional stack (BERT-like)"),
+    Variant("architecture", "decoder", "causal stack (GPT-like)"),
+    Variant("architecture", "encoder-decoder", "encoder and decoder with cross-attention (the paper's)",
+            active_fields=("num_decoder_layers",), pipeline_refusal="two lists of layers",
+            vllm_refusal="vLLM serves hf_vanilla decoders (generation) and encoders (embedding, classification) "
+                         "through its Transformers backend, not encoder-decoders"),
+    Variant("position_embedding_type", "sinusoidal", "fixed sinusoids added to the embeddings (the paper's)",
+            active_fields=("position_offset", "sinusoidal_layout"), adds_to_embeddings=True),
+    Variant("position_embedding_type", "learned", "one trained vector per position (BERT, GPT-2, BART)",
+            active_fields=("position_offset",), adds_to_embeddings=True, parameters=True),
+    Variant("position_embedding_type", "rope", "queries and keys rotated by position (Llama)",
+            active_fields=("rope_parameters",)),
+    Variant("position_embedding_type", "alibi", "linear distance penalty per head (Press et al.)",
+            attention_bias=True, tensor_parallel=TP_WHOLE, vllm_refusal=_BIAS_IN_VLLM),
+    Variant("position_embedding_type", "relative", "learned bucketed bias per head (T5)",
+            active_fields=("relative_attention_num_buckets", "relative_attention_max_distance"),
+            attention_bias=True, parameters=True, vllm_refusal=_BIAS_IN_VLLM,
+            tensor_parallel_plan=(("relative_attention_bias.weight", "embedding_colwise"),
+                                  ("relative_attention_bias", "local_params"))),
+    Variant("position_embedding_type", "none", "no positional information"),
+    Variant("norm_type", "layernorm", "LayerNorm", active_fields=("norm_bias",), parameters=True),
+    Variant("norm_type", "rmsnorm", "RMSNorm (T5, Llama)", parameters=True),
+    Variant("norm_position", "pre", "x = x + f(norm(x)) (GPT-2, Llama, T5)"),
+    Variant("norm_position", "post", "x = norm(x + f(x)) (the paper's)"),
+    Variant("gated_ffn", False, "act(x W_up) W_down (the paper's)", parameters=True),
+    Variant("gated_ffn", True, "act(x W_gate) * (x W_up) W_down (SwiGLU, GEGLU)", parameters=True),
+    Variant("lm_head_scale", NON_DEFAULT, "last hidden states times a factor before the output projection (T5)",
+            output_layer=True, vllm_reads="logit_scale"),
+    Variant("lm_head_bias", False, "no bias on the output projection (GPT-2, Llama, T5)",
+            output_layer=True),
+    Variant("lm_head_bias", True, "a bias on the output projection (BERT, BART, Marian)", parameters=True,
+            output_layer=True,
+            vllm_refusal=_HEAD_IN_VLLM + ": it has no hf_vanilla output bias"),
+    Variant("lm_head_transform", False, "the last hidden states go straight to the output projection",
+            output_layer=True),
+    Variant("lm_head_transform", True, "dense + activation + norm before the output projection (BERT)",
+            parameters=True, output_layer=True, vllm_refusal=_HEAD_IN_VLLM + ": it skips the transform"),
+]
+
+
+def register(variant: Variant) -> None:
+    """Add a value of an option (a new positional scheme: this row and one class in positional.py)."""
+    if any((row.option, row.value) == (variant.option, variant.value) for row in VARIANTS):
+        raise ValueError(f"{variant.option}={variant.value!r} is already in the table of variants.")
+    VARIANTS.append(variant)
+
+
+@contextlib.contextmanager
+def registered(variant: Variant) -> Iterator[Variant]:
+    """The table with ``variant`` in it for the duration (tests of a scheme that is not shipped)."""
+    register(variant)
+    try:
+        yield variant
+    finally:
+        VARIANTS.remove(variant)
+
+
+def options() -> tuple[str, ...]:
+    """The config fields the table has rows for, in table order."""
+    return tuple(dict.fromkeys(row.option for row in VARIANTS))
+
+
+def rows(option: str) -> tuple[Variant, ...]:
+    return tuple(row for row in VARIANTS if row.option == option)
+
+
+def values(option: str) -> tuple[Any, ...]:
+    """Every value the table knows for ``option`` (the allowed choices of a choice field)."""
+    return tuple(row.value for row in rows(option))
+
+
+def row(option: str, value: Any) -> Variant:
+    for candidate in rows(option):
+        if candidate.value == value:
+            return candidate
+    raise KeyError(f"{option}={value!r} is not in the table of variants")
+
+
+def values_where(option: str, **properties: Any) -> tuple[Any, ...]:
+    """The values of ``option`` whose rows have these properties, e.g. ``values_where(scheme, attention_bias=True)``."""
+    return tuple(r.value for r in rows(option) if all(getattr(r, k) == v for k, v in properties.items()))
+
+
+def activating_values(field_name: str) -> dict[str, tuple[Any, ...]]:
+    """{option: values} under which ``field_name`` takes effect; empty when it always does."""
+    found: dict[str, tuple[Any, ...]] = {}
+    for r in VARIANTS:
+        if field_name in r.active_fields:
+            found[r.option] = (*found.get(r.option, ()), r.value)
+    return found
+
+
+def fields_with_conditions() -> tuple[str, ...]:
+    """Every field that takes effect only under some option's value."""
+    return tuple(dict.fromkeys(name for r in VARIANTS for name in r.active_fields))

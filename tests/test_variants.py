@@ -1,0 +1,265 @@
+"""The table of variants (hf_vanilla/variants.py) against the code that reads it: every row builds, initialises
+itself on the meta device and from a checkpoint missing its weights, and every engine honours it or refuses it.
+
+Every grid here reads the table, so a new row is tested without an edit; ``test_a_scheme_added_as_one_class_and_one_row``
+adds a KERPLE-log scheme (per-head additive bias with parameters) the way a contributor would and runs the grid on it.
+"""
+
+
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+from torch import nn
+from transformers import AttentionInterface, AutoModel
+from transformers import initialization as init
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+import hf_vanilla as hv
+from hf_vanilla import positional, support_matrix, variants
+from hf_vanilla.configuration_vanilla import rows_of
+from tests.factories import HEAD_FOR_FAMILY, config_for_row
+
+ROW_IDS = [f"{row.option}={row.value}" for row in variants.VARIANTS]
+
+
+def head_model(config: hv.VanillaConfig, seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return HEAD_FOR_FAMILY[config.architecture](config).eval()
+
+
+def every_tensor(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Parameters and buffers, persistent or not (a meta build leaves non-persistent tables empty too)."""
+    return {**dict(model.named_parameters()), **dict(model.named_buffers())}
+
+
+def assert_drawn_as_a_fresh_build_draws(loaded: nn.Module, fresh: nn.Module, names: set[str]) -> None:
+    """Each named tensor finite; a constant or deterministic one (norm weights, biases, sinusoid, ALiBi and RoPE
+    tables) equal to the fresh build's; a random one with the fresh build's spread."""
+    got, expected = every_tensor(loaded), every_tensor(fresh)
+    for name in sorted(names):
+        tensor, reference = got[name].detach().float(), expected[name].detach().float()
+        assert torch.isfinite(tensor).all(), f"{name} holds non-finite values after initialisation"
+        deterministic = name in dict(fresh.named_buffers()) or reference.numel() < 2 or bool(
+            (reference == reference.flatten()[0]).all())
+        if deterministic:
+            torch.testing.assert_close(tensor, reference, msg=f"{name} differs from a fresh build's")
+        else:
+            ratio = tensor.std().item() / reference.std().item()
+            assert 0.7 < ratio < 1.4, f"{name}: std {tensor.std().item():.4g}, a fresh build's {reference.std():.4g}"
+
+
+def check_row_initialises_itself(row: variants.Variant, folder) -> None:
+    """Saved with only the token embedding: transformers builds on the meta device and initialises every other
+    tensor with the model's ``_init_weights``; each must be drawn as a fresh build draws it."""
+    config = config_for_row(row)
+    fresh = head_model(config)
+    fresh.save_pretrained(folder)
+    kept = {"model.embed_tokens.weight": fresh.model.embed_tokens.weight.detach().clone()}
+    save_file(kept, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    loaded = type(fresh).from_pretrained(folder).eval()
+    missing = set(every_tensor(fresh)) - set(kept) - {"lm_head.weight"}  # the tied head is the embedding
+    assert_drawn_as_a_fresh_build_draws(loaded, fresh, missing)
+
+
+def check_scheme_weights_initialise_themselves(scheme: str, folder) -> None:
+    """A checkpoint without the scheme's own tensors (they were added after it was saved): only those are drawn."""
+    config = config_for_row(variants.row("position_embedding_type", scheme))
+    fresh = head_model(config)
+    fresh.save_pretrained(folder)
+    state = {k: v.detach().clone() for k, v in fresh.state_dict().items() if ".positions." not in k}
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    loaded = type(fresh).from_pretrained(folder).eval()
+    positions = {name for name in every_tensor(fresh) if ".positions." in name}
+    assert_drawn_as_a_fresh_build_draws(loaded, fresh, positions)
+    for name, tensor in loaded.state_dict().items():  # the others exactly as saved
+        if name in state:
+            assert torch.equal(tensor, state[name]), name
+
+
+@pytest.mark.parametrize("row", variants.VARIANTS, ids=ROW_IDS)
+def test_every_row_initialises_itself_on_the_meta_device(row, tmp_path):
+    check_row_initialises_itself(row, tmp_path)
+
+
+@pytest.mark.parametrize("scheme", variants.values("position_embedding_type"))
+def test_every_scheme_initialises_its_weights_missing_from_a_checkpoint(scheme, tmp_path):
+    check_scheme_weights_initialise_themselves(scheme, tmp_path)
+
+
+def test_every_scheme_in_the_table_has_its_class():
+    assert set(variants.values("position_embedding_type")) <= set(positional.SCHEME_CLASSES)
+
+
+# ----------------------------------------------------------------------------------------------
+# Engines: vLLM serves a row, serves it through the attribute it reads, or the model refuses before any token
+
+
+def engine_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
+    """Registered as vLLM registers its own (from a package that is neither transformers nor hf_vanilla)."""
+    out = nn.functional.scaled_dot_product_attention(query, key, value, is_causal=module.is_causal, scale=scaling,
+                                                     enable_gqa=True)
+    return out.transpose(1, 2), None
+
+
+@pytest.fixture
+def engine():
+    AttentionInterface.register("engine_like_vllm", engine_attention)
+    yield "engine_like_vllm"
+    del ALL_ATTENTION_FUNCTIONS._global_mapping["engine_like_vllm"]
+
+
+def build_as_vllm_does(config: hv.VanillaConfig, implementation: str) -> nn.Module:
+    config._attn_implementation = implementation  # vLLM sets it on the config, then builds the bare model
+    return AutoModel.from_config(config)
+
+
+def check_engine_refuses_or_builds(row: variants.Variant, implementation: str) -> None:
+    config = config_for_row(row)
+    if row.served_by_vllm:
+        build_as_vllm_does(config, implementation)
+    else:
+        value = config_for_row(row).to_dict()[row.option]
+        with pytest.raises(ValueError, match=rf"{row.option}={value!r}"):
+            build_as_vllm_does(config, implementation)
+
+
+@pytest.mark.parametrize("row", variants.VARIANTS, ids=ROW_IDS)
+def test_vllm_serves_each_row_or_the_model_refuses_it_in_our_words(row, engine):
+    check_engine_refuses_or_builds(row, engine)
+
+
+def test_the_refusal_names_each_option_vllm_cannot_carry_and_where_to_look(engine):
+    config = config_for_row(variants.row("lm_head_transform", True), lm_head_bias=True)
+    with pytest.raises(ValueError) as refused:
+        build_as_vllm_does(config, engine)
+    message = str(refused.value)
+    assert "lm_head_transform=True" in message and "lm_head_bias=True" in message
+    assert "vLLM builds its own output layer" in message and "support-matrix" in message
+
+
+def test_transformers_own_attention_functions_are_not_taken_for_an_engine():
+    for implementation in ("eager", "sdpa", "flex_attention"):
+        build_as_vllm_does(config_for_row(variants.row("lm_head_transform", True)), implementation)
+
+
+@pytest.mark.parametrize("row", [row for row in variants.VARIANTS if row.vllm_reads], ids=lambda row: row.option)
+def test_a_row_vllm_reads_through_another_attribute_gives_the_same_logits_that_way(row):
+    """vLLM computes ``logit_scale * lm_head(h)``; with no output bias that equals our ``lm_head(scale * h)``."""
+    config = config_for_row(row)
+    model = head_model(config)
+    setting = getattr(config, row.option)
+    assert getattr(config, row.vllm_reads) == setting != 1.0
+    ids = torch.tensor([[3, 14, 15, 9, 26]])
+    with torch.no_grad():
+        hidden = model.model(input_ids=ids).last_hidden_state
+        as_vllm = getattr(config, row.vllm_reads) * (hidden @ model.lm_head.weight.T)
+        torch.testing.assert_close(model(input_ids=ids).logits, as_vllm, rtol=1e-5, atol=1e-5)
+
+
+def test_the_rows_of_a_config_are_one_per_option():
+    config = config_for_row(variants.row("lm_head_scale", variants.NON_DEFAULT))
+    options = [row.option for row in rows_of(config)]
+    assert sorted(options) == sorted(variants.options())
+
+
+# ----------------------------------------------------------------------------------------------
+# A new scheme is one class and one row
+
+
+class KerpleLogPositions(positional.PositionalScheme):
+    """KERPLE-log (Chi et al. 2022): each head adds -r1 * log(1 + r2 * |i - j|), r1 and r2 > 0 learned per head."""
+
+    scheme = "kerple_log"
+
+    def __init__(self, config: hv.VanillaConfig):
+        super().__init__()
+        self.bias_strength = nn.Parameter(torch.empty(config.num_attention_heads))
+        self.distance_scale = nn.Parameter(torch.empty(config.num_attention_heads))
+
+    def init_own_weights(self, config: hv.VanillaConfig) -> None:
+        init.ones_(self.bias_strength)
+        init.ones_(self.distance_scale)
+
+    def attention_inputs(self, hidden_states, position_ids, query_offset, key_length):
+        batch, query_length = hidden_states.shape[:2]
+        distance = positional.cache_distances(query_length, query_offset, key_length, hidden_states.device).abs()
+        r1, r2 = self.bias_strength.abs()[:, None, None], self.distance_scale.abs()[:, None, None]
+        bias = -r1 * torch.log1p(r2 * distance)
+        return positional.PositionalAttentionInputs(bias=bias.to(hidden_states.dtype)[None].expand(batch, -1, -1, -1))
+
+
+KERPLE = variants.Variant(
+    "position_embedding_type", "kerple_log", "log distance penalty per head, two learned numbers a head",
+    attention_bias=True, parameters=True, tensor_parallel=variants.TP_WHOLE,
+    vllm_refusal="vLLM's attention takes queries, keys and values only: the additive bias would be dropped",
+)
+
+
+@pytest.fixture
+def kerple():
+    with variants.registered(KERPLE) as row:  # the class registered itself when it was defined
+        yield row
+
+
+def test_a_scheme_added_as_one_class_and_one_row(kerple, engine, tmp_path):
+    config = config_for_row(kerple)
+    assert config.base_model_pp_plan is not None  # acts inside attention: a stage's hidden states need nothing added
+    assert not any(".self_attn." in name for name in config.base_model_tp_plan)  # its row keeps heads whole
+    model = head_model(config)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([[3, 4, 5, 6]])).logits
+    assert torch.isfinite(logits).all() and model.model.decoder.positions.uses_attention_bias
+    check_row_initialises_itself(kerple, tmp_path / "meta")
+    check_scheme_weights_initialise_themselves(kerple.value, tmp_path / "missing")
+    check_engine_refuses_or_builds(kerple, engine)
+    with pytest.raises(ValueError, match="flash_attention_2.*'kerple_log'.*no additive attention bias"):
+        config_for_row(kerple, attn_implementation="flash_attention_2")
+
+
+def test_a_row_without_its_class_is_refused_when_the_model_is_built():
+    row = variants.Variant("position_embedding_type", "not_written_yet", "a scheme whose class is missing")
+    with variants.registered(row), pytest.raises(ValueError, match="no PositionalScheme subclass names it"):
+        head_model(config_for_row(row))
+
+
+def test_a_value_is_in_the_table_once():
+    with pytest.raises(ValueError, match="already in the table"):
+        variants.register(variants.row("position_embedding_type", "alibi"))
+    assert len({(row.option, row.value) for row in variants.VARIANTS}) == len(variants.VARIANTS)
+
+
+def test_output_layer_rows_are_refused_only_where_vllm_builds_an_output_layer(engine):
+    """vLLM pools an encoder's hidden states (no output layer), and a head class computes its own logits."""
+    for row in (row for row in variants.VARIANTS if row.output_layer and not row.served_by_vllm):
+        build_as_vllm_does(config_for_row(row, architecture="encoder"), engine)
+        head_model(config_for_row(row, attn_implementation=engine))
+
+
+# ----------------------------------------------------------------------------------------------
+# Parallel plans and the support matrix read the same rows
+
+
+@pytest.mark.parametrize("row", variants.VARIANTS, ids=ROW_IDS)
+def test_the_parallel_plans_do_what_each_row_says(row):
+    config = config_for_row(row)
+    model = head_model(config)
+    assert (config.base_model_pp_plan is None) == bool(row.pipeline_refusal or row.adds_to_embeddings)
+    plan = config.base_model_tp_plan
+    scheme = variants.row("position_embedding_type", config.position_embedding_type)
+    assert any(".self_attn." in name for name in plan) == (scheme.tensor_parallel == variants.TP_SPLIT)
+    module_names = {name for name, _ in model.model.named_modules()} | {n for n, _ in model.model.named_parameters()}
+    for name, style in row.tensor_parallel_plan:  # the row's own entries name tensors the model has
+        entries = [key for key in plan if key.endswith(f"positions.{name}")]
+        assert entries and all(plan[key] == style for key in entries)
+        assert all(key in module_names for key in entries)
+
+
+def test_the_support_matrix_page_is_generated_from_the_tables():
+    page = (Path(__file__).resolve().parents[1] / "docs" / "support-matrix.md").read_text(encoding="utf-8")
+    assert page == support_matrix.page(), "regenerate: python -m hf_vanilla.support_matrix > docs/support-matrix.md"
+
+
+def test_the_support_matrix_shows_a_new_row(kerple):
+    assert "`position_embedding_type='kerple_log'`" in support_matrix.matrix()
