@@ -310,7 +310,7 @@ class VanillaConfig(PreTrainedConfig):
             self.decoder_start_token_id = self.bos_token_id
         check_inactive_options(self, rope_scaling=kwargs.get("rope_scaling"))
         super().__post_init__(**kwargs)
-        if self.position_embedding_type != "rope":
+        if not field_is_active("rope_parameters", self):
             # As GPT-2's config: tools (transformers' common tests among them) take hasattr(config, "rope_parameters")
             # to mean RoPE; the base class's defaults would only mislead.
             self.__dict__.pop("rope_parameters", None)
@@ -524,7 +524,13 @@ def inactive_rule(name: str) -> tuple[str, Callable[["VanillaConfig"], bool], An
     (that condition in words, its test, the field's default). A setting that would be ignored is refused."""
     ((option, allowed),) = activating_values(name).items()
     words = f"{option}={allowed[0]!r}" if len(allowed) == 1 else f"{option} is {' or '.join(map(repr, allowed))}"
-    return words, lambda config: getattr(config, option) in allowed, VanillaConfig.__dataclass_fields__[name].default
+    return words, lambda config: getattr(config, option) in allowed, field_default(name)
+
+
+def field_default(name: str) -> Any:
+    """A field's default value, also for a field declared with a factory (``rope_parameters``)."""
+    declared = VanillaConfig.__dataclass_fields__[name]
+    return declared.default_factory() if declared.default is dataclasses.MISSING else declared.default
 
 
 def field_is_active(name: str, config: "VanillaConfig") -> bool:
