@@ -1,0 +1,108 @@
+"""Attacks on the commands that use a saved model as it is: a checkpoint missing weights (or holding weights its
+model does not use) is refused by name rather than run with random weights; generation is bounded by how far the
+model's positions reach; a newest checkpoint whose training state does not load is skipped for the previous one."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from hf_vanilla import cli
+from hf_vanilla.inference import EXTRAPOLATION_FACTOR
+from hf_vanilla.training.trainer import find_resume_checkpoint
+from tests.factories import tiny_model, tiny_tokenizer
+from tests.hub_fixtures import copy_run
+
+
+def saved_decoder(folder: Path, scheme: str = "sinusoidal", **overrides) -> Path:
+    model = tiny_model("decoder", scheme, **overrides)
+    model.save_pretrained(folder)
+    tiny_tokenizer("decoder").save_pretrained(folder)
+    return folder
+
+
+def edit_weights(folder: Path, *, drop: str = "", add: str = "") -> None:
+    """Remove every weight whose name holds ``drop``; add a weight named ``add``."""
+    weights = load_file(str(folder / "model.safetensors"))
+    weights = {name: value for name, value in weights.items() if not drop or drop not in name}
+    if add:
+        weights[add] = torch.zeros(2)
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+
+
+def one_line_error(capsys: pytest.CaptureFixture[str], *named: str) -> str:
+    """The command's own message (stderr also holds progress bars): one line, naming each of ``named``."""
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("hf-vanilla ")]
+    assert len(said) == 1 and all(name in said[0] for name in named), said
+    return said[0]
+
+
+COMMANDS = {
+    "attention": lambda folder, tmp: ["attention", str(folder), "the king", "--out", str(tmp / "a.png")],
+    "generate": lambda folder, tmp: ["generate", str(folder), "the king", "--max-new-tokens", "3"],
+}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_checkpoint_without_its_q_proj_weights_or_with_a_stray_weight_is_refused_naming_them(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = saved_decoder(tmp_path / "model")
+    edit_weights(folder, drop="q_proj")
+    assert cli.main(COMMANDS[command](folder, tmp_path)) == 1
+    one_line_error(capsys, "q_proj", "lacks weights")
+    assert not (tmp_path / "a.png").exists()
+
+    saved_decoder(folder)
+    edit_weights(folder, add="model.decoder.smuggled")
+    assert cli.main(COMMANDS[command](folder, tmp_path)) == 1
+    one_line_error(capsys, "model.decoder.smuggled", "does not use")
+
+
+def test_evaluate_refuses_a_run_whose_weights_lack_q_proj(
+    trained_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = copy_run(trained_run, tmp_path / "run")
+    edit_weights(run, drop="q_proj")
+    assert cli.main(["evaluate", str(run)]) == 1
+    one_line_error(capsys, "q_proj", "lacks weights")
+
+
+@pytest.mark.parametrize(("scheme", "reach"), [("learned", 24), ("sinusoidal", EXTRAPOLATION_FACTOR * 24)])
+def test_generate_asked_for_a_billion_tokens_without_eos_stops_at_the_models_reach_and_says_so(
+    scheme: str, reach: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "model"
+    model = tiny_model("decoder", scheme, max_position_embeddings=24)
+    model.generation_config.max_new_tokens = 10**9
+    model.generation_config.eos_token_id = None
+    model.config.eos_token_id = None
+    model.save_pretrained(folder)
+    tiny_tokenizer("decoder").save_pretrained(folder)
+    prompt_length = len(tiny_tokenizer("decoder")("the king queen")["input_ids"])
+
+    started = time.monotonic()
+    assert cli.main(["generate", str(folder), "the king queen"]) == 0
+    assert time.monotonic() - started < 60
+    out, err = capsys.readouterr()
+    assert f"max_new_tokens=1000000000 cut to {reach - prompt_length}" in err, err
+    assert len(out.split()) <= reach - prompt_length
+
+
+@pytest.mark.parametrize("name", ["optimizer.pt", "scheduler.pt", "rng_state.pth"])
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_resume_skips_a_newest_checkpoint_whose_training_state_does_not_load(
+    trained_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, name: str, damage: str
+) -> None:
+    run = copy_run(trained_run, tmp_path / "run")
+    damaged = run / "checkpoint-2" / name
+    data = damaged.read_bytes()
+    damaged.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"\x00garbage" * (len(data) // 8))
+    with caplog.at_level(logging.WARNING):
+        assert find_resume_checkpoint(run, "latest") == run / "checkpoint-1"
+    assert f"skipping checkpoint-2: {damaged} is unreadable" in caplog.text, caplog.text
