@@ -106,3 +106,22 @@ def test_resume_skips_a_newest_checkpoint_whose_training_state_does_not_load(
     with caplog.at_level(logging.WARNING):
         assert find_resume_checkpoint(run, "latest") == run / "checkpoint-1"
     assert f"skipping checkpoint-2: {damaged} is unreadable" in caplog.text, caplog.text
+
+
+def test_a_resumed_run_whose_newest_optimizer_state_is_garbage_goes_on_from_the_previous_checkpoint(
+    trained_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The whole path, not only the choice: today the Trainer's torch.load ends the run in a traceback."""
+    from hf_vanilla.training import train
+    from hf_vanilla.training.rundir import read_record
+
+    run = copy_run(trained_run, tmp_path / "run")
+    (run / "checkpoint-2" / "optimizer.pt").write_bytes(b"not a torch archive")
+    data = [f"{split}={trained_run.parent / f'{split}.txt'}" for split in ("train", "validation", "test")]
+    with caplog.at_level(logging.WARNING):
+        train("clm", run, data_files=data, preset="tiny", config={"hidden_size": 32, "intermediate_size": 64},
+              vocab_size=300, block_size=16, batch_size=4, max_steps=2, save_steps=1, save_total_limit=None,
+              disable_tqdm=True, num_samples=1, max_new_tokens=4, resume=True)  # fmt: skip
+    assert "skipping checkpoint-2" in caplog.text and "optimizer.pt is unreadable" in caplog.text, caplog.text
+    record = read_record(run)
+    assert record["status"] == "completed" and record["resumed_from"].endswith("checkpoint-1"), record
