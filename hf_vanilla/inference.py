@@ -51,11 +51,11 @@ def position_reach(model: Any) -> tuple[int, str]:
 
 
 def bounded_max_new_tokens(model: Any, wanted: int, prompt_length: int) -> tuple[int, str | None]:
-    """``wanted`` new tokens cut to what fits within :func:`position_reach` after the prompt (a decoder's) or the
-    decoder's start token (an encoder-decoder's), with the message saying so (None when nothing was cut)."""
+    """``wanted`` new tokens cut to what fits within :func:`position_reach`, with the message saying so (None when
+    nothing was cut). The last token generated is never fed back: a decoder's ``n`` tokens use ``prompt + n - 1``
+    positions, an encoder-decoder's ``n`` (its start token first)."""
     reach, why = position_reach(model)
-    used = 1 if model.config.is_encoder_decoder else prompt_length
-    room = reach - used
+    room = reach if model.config.is_encoder_decoder else reach - prompt_length + 1
     if room < 1:
         raise ValueError(f"the prompt is {prompt_length} tokens and {why}: no room to generate; shorten the prompt")
     if wanted <= room:
