@@ -18,12 +18,15 @@ import ctypes
 import errno
 import inspect
 import json
+import logging
 import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------------------------
 # What a checkpoint is
@@ -132,17 +135,44 @@ def tokenizer_files(folder: str | os.PathLike[str]) -> list[str]:
         return sorted(Path(path).name for path in tokenizer.save_pretrained(scratch))
 
 
+def shipped_auto_map(architecture: str, incoming: Mapping[str, Any] | None) -> dict[str, str]:
+    """The ``auto_map`` a saved hf_vanilla config carries: :func:`~hf_vanilla.configuration_vanilla.auto_map_for`
+    its family, naming exactly the code files that travel with it. Every other entry of ``incoming`` (another
+    repository's ``repo--module.Class``, a module hf_vanilla did not write) is dropped with a warning naming it:
+    ``trust_remote_code=True`` would fetch and run that code."""
+    ours, foreign = _split_auto_map(architecture, incoming)
+    if foreign:
+        logger.warning("dropping auto_map entries that are not hf_vanilla's own code (loading with "
+                       "trust_remote_code=True would run them): %s",
+                       ", ".join(f"{key}={value!r}" for key, value in foreign.items()))
+    return ours
+
+
+def _split_auto_map(architecture: str, incoming: Mapping[str, Any] | None) -> tuple[dict[str, str], dict[str, Any]]:
+    """(hf_vanilla's own ``auto_map`` for ``architecture``, the entries of ``incoming`` that differ from it)."""
+    from .configuration_vanilla import auto_map_for
+
+    ours = auto_map_for(architecture)
+    return ours, {key: value for key, value in (incoming or {}).items() if ours.get(key) != value}
+
+
 def auto_map_modules(config_file: Path) -> list[str]:
-    """The Python files a config's ``auto_map`` loads code from (``module.py``), with the files those import
-    relatively when they are present beside the config (hf_vanilla's modeling file imports its siblings)."""
+    """The Python files a config's ``auto_map`` loads hf_vanilla's code from (``module.py``), with the files those
+    import relatively when they are present beside the config (hf_vanilla's modeling file imports its siblings).
+    Entries that are not hf_vanilla's own (:func:`shipped_auto_map`) name no file: their code never travels."""
     from transformers.dynamic_module_utils import get_relative_import_files
 
+    from .configuration_vanilla import VanillaConfig
+
     try:
-        auto_map = json.loads(config_file.read_text(encoding="utf-8")).get("auto_map") or {}
-    except (OSError, ValueError):
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+        auto_map = config.get("auto_map") or {}
+        architecture = config.get("architecture", VanillaConfig.architecture)
+        ours, foreign = _split_auto_map(architecture, auto_map)
+    except (OSError, ValueError, AttributeError, TypeError):
         return []
-    references = [ref for value in auto_map.values() for ref in (value if isinstance(value, list) else [value]) if ref]
-    names = {ref.split("--")[-1].rsplit(".", 1)[0] + ".py" for ref in references}
+    references = [ours[key] for key in auto_map if key not in foreign]
+    names = {ref.rsplit(".", 1)[0] + ".py" for ref in references}
     for name in list(names):
         module = config_file.parent / name
         if module.is_file():
@@ -191,22 +221,31 @@ def check_weight_files(folder: str | os.PathLike[str], names: Iterable[str] | No
             ) from error
 
 
-def load_complete(model_class: Any, folder: str | os.PathLike[str], **kwargs: Any) -> Any:
-    """``model_class.from_pretrained(folder, **kwargs)``, refusing a checkpoint that lacks weights the model needs.
+def load_complete(model_class: Any, folder: str | os.PathLike[str], *, exact: bool = False, **kwargs: Any) -> Any:
+    """``model_class.from_pretrained(folder, **kwargs)``, refusing a checkpoint that lacks weights the model needs
+    (and, with ``exact``, one holding weights the model does not use).
 
     transformers initialises missing weights at random and logs a warning, which is right for a new task head;
     a tool that converts or inspects a checkpoint (convert, viz) would hand on random weights as trained ones.
+    ``exact`` is for the commands that use the saved model as it is (attention, generate, evaluate): an unexpected
+    weight means the checkpoint is not the model its config describes.
     """
     check_weight_files(folder)
     model, info = model_class.from_pretrained(folder, output_loading_info=True, **kwargs)
     missing = sorted(info["missing_keys"])
-    if missing:
+    unexpected = sorted(info["unexpected_keys"]) if exact else []
+    if missing or unexpected:
+        found = [f"lacks weights {type(model).__name__} needs: {_some(missing)}"] * bool(missing) + [
+            f"holds weights {type(model).__name__} does not use: {_some(unexpected)}"] * bool(unexpected)
         raise ValueError(
-            f"The checkpoint in {folder} lacks weights {model_class.__name__} needs: {missing[:8]}"
-            f"{' ...' if len(missing) > 8 else ''}. It was saved by another architecture, or its config.json was "
-            "edited; loading it would leave those weights random."
+            f"The checkpoint in {folder} {' and '.join(found)}. It was saved by another architecture, or its "
+            "config.json or weights were edited; loading it would leave weights random."
         )
     return model
+
+
+def _some(names: list[str]) -> str:
+    return f"{names[:8]}{' ...' if len(names) > 8 else ''}"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from .checkpoint import (
     is_model_file,
     is_weight_file,
     loading_files,
+    shipped_auto_map,
 )
 from .output_folder import own_files
 
@@ -67,13 +68,17 @@ def plan_upload(run_dir: str | os.PathLike[str], include: Sequence[str] = ()) ->
     (:func:`hf_vanilla.checkpoint.loading_files`: configs, the weights loading reads, the code ``auto_map`` names,
     the tokenizer's own files), the run files (:data:`RUN_FILES`) where the folder's record says hf_vanilla wrote
     them (:func:`hf_vanilla.output_folder.own_files`), and whatever ``include`` names (a file or a
-    folder, relative to ``run_dir``). Everything else is skipped and listed; the card (``README.md``) is chosen by
+    folder, relative to ``run_dir``). In a folder with a record (a run, a conversion) only the files the record
+    lists go up besides ``include``: a ``chat_template.jinja`` placed there, which the tokenizer would load as its
+    chat template, is the user's. Everything else is skipped and listed; the card (``README.md``) is chosen by
     :func:`model_card_text`. A file that is a link leaving ``run_dir`` is refused, never followed.
     """
     folder = Path(run_dir)
     files = loading_files(folder)
     ours = {path.name for path in own_files(folder)}  # a run.json the user wrote is not the run's record
     files.update((name, folder / name) for name in RUN_FILES if name in ours and (folder / name).is_file())
+    if ours:  # a folder hf_vanilla wrote publishes what it wrote: a chat_template.jinja put there is the user's
+        files = {name: path for name, path in files.items() if name in ours}
     for name in include:
         files.update(_included(folder, name))
     _refuse_links_out(folder, [*files.values(), folder / CARD_FILE])
@@ -121,26 +126,26 @@ def _included(folder: Path, name: str) -> dict[str, Path]:
 
 
 def _with_auto_map(config: dict[str, Any]) -> dict[str, Any] | None:
-    """``config`` plus the ``auto_map`` that ``register_for_auto_class`` would have written, or None if it has one.
+    """``config`` with hf_vanilla's own ``auto_map`` (:func:`hf_vanilla.checkpoint.shipped_auto_map`), or None if it
+    has exactly that one.
 
-    A folder saved through a wrapper (a plain state dict, FSDP) can lack it, and without it
-    ``trust_remote_code`` has nothing to load.
+    A folder saved through a wrapper (a plain state dict, FSDP) can lack it, and without it ``trust_remote_code``
+    has nothing to load; an entry naming code that is not shipped (another repository's) is dropped with a warning.
     """
-    from .configuration_vanilla import AUTO_CLASSES, VanillaConfig, auto_map_for
+    from .configuration_vanilla import AUTO_CLASSES, VanillaConfig
 
     if config.get("model_type") != VanillaConfig.model_type:
         raise ValueError(
             f"config.json has model_type={config.get('model_type')!r}, not {VanillaConfig.model_type!r}: "
             "this is not an hf_vanilla model, so hf_vanilla's code cannot be shipped with it."
         )
-    if config.get("auto_map"):
-        return None
-    if not any(name in AUTO_CLASSES for name in config.get("architectures") or []):
+    if not config.get("auto_map") and not any(name in AUTO_CLASSES for name in config.get("architectures") or []):
         raise ValueError(
             f"config.json names no hf_vanilla model class in `architectures` ({config.get('architectures')})"
         )
     # config.json leaves out fields at their default (use_diff), the family included
-    return {**config, "auto_map": auto_map_for(config.get("architecture", VanillaConfig.architecture))}
+    auto_map = shipped_auto_map(config.get("architecture", VanillaConfig.architecture), config.get("auto_map"))
+    return None if config.get("auto_map") == auto_map else {**config, "auto_map": auto_map}
 
 
 def model_card_text(

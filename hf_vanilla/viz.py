@@ -936,6 +936,8 @@ def load_model_and_tokenizer(model_dir: str | Path) -> tuple[torch.nn.Module, An
 
     import hf_vanilla  # noqa: F401  (registers the Vanilla classes with the Auto* factories)
 
+    from .checkpoint import load_complete
+
     config = AutoConfig.from_pretrained(model_dir)
     saved = set(config.architectures or ())
     # Load the class that saved the checkpoint: a bare AutoModel would refuse a head's extra weights.
@@ -949,7 +951,7 @@ def load_model_and_tokenizer(model_dir: str | Path) -> tuple[torch.nn.Module, An
         if candidate.__name__ in saved:
             chosen = auto
             break
-    model = chosen.from_pretrained(model_dir, attn_implementation="eager").eval()
+    model = load_complete(chosen, model_dir, exact=True, attn_implementation="eager").eval()  # never random weights
     return model, AutoTokenizer.from_pretrained(model_dir)
 
 
@@ -967,7 +969,7 @@ def run_attention(args: argparse.Namespace) -> int:
         picture = plot_attention(maps, kind, args.layer, args.head, path=args.out, average=args.average)
     except (ValueError, ImportError, OSError) as error:
         print(f"hf-vanilla attention: {error}", file=sys.stderr)
-        return 2
+        return 1
     print(f"wrote {picture.path} ({picture.data['kind']} attention)")
     return 0
 

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..checkpoint import load_complete
 from .options import make_options
 from .rundir import RUN_RECORD, read_record
 from .tasks import Evaluation, get_task
@@ -39,7 +40,8 @@ def evaluate_run(run_dir: str | os.PathLike[str], eval_batch_size: int | None = 
         opts.eval_batch_size = eval_batch_size
     raw, _ = load_task_data(task, opts)
     tokenizer = transformers.AutoTokenizer.from_pretrained(run_dir)
-    model = getattr(transformers, task.auto_class).from_pretrained(run_dir, attn_implementation=opts.attn_implementation)
+    model = load_complete(getattr(transformers, task.auto_class), run_dir, exact=True,
+                          attn_implementation=opts.attn_implementation)
     data = task.tokenize(raw, tokenizer, opts)
     with tempfile.TemporaryDirectory() as scratch:  # the Trainer's output_dir: nothing is written into the run
         args = training_arguments(task, Path(scratch), opts, 1, model.config.hidden_size, not has_accelerator())

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..checkpoint import clear_disk_errors, ensure_code_files
+from ..checkpoint import clear_disk_errors, ensure_code_files, shipped_auto_map
 from ..output_folder import OutputFolder
 from . import rundir
 from .options import SIZE_PRESETS, TrainOptions, check_attention_kernel, check_init_from, make_options
@@ -193,6 +193,7 @@ def build_model(task: Task, tokenizer, raw, opts: TrainOptions):
         auto = getattr(transformers, task.auto_class)  # importing hf_vanilla registered our classes
         config = transformers.AutoConfig.from_pretrained(opts.init_from, **opts.config,
                                                          **task.config_fields(tokenizer, raw))
+        config.auto_map = shipped_auto_map(config.architecture, getattr(config, "auto_map", None))  # our code only
         model = auto.from_pretrained(opts.init_from, config=config, attn_implementation=opts.attn_implementation)
     else:
         model_class = getattr(modeling_vanilla, task.model_class)

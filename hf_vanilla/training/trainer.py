@@ -133,7 +133,30 @@ def checkpoint_problem(checkpoint: Path) -> str | None:
             load_file(str(path))
         except Exception as error:  # safetensors raises its own SafetensorError for a damaged header or body
             return f"{path} is unreadable ({type(error).__name__}: {error})"
+    for path in training_state_files(checkpoint):
+        problem = torch_archive_problem(path)
+        if problem:
+            return f"{path} is unreadable ({problem})"
     return None
+
+
+def training_state_files(checkpoint: Path) -> list[Path]:
+    """The optimizer, scheduler and RNG states the Trainer restores on resume (each process has its RNG file)."""
+    return sorted(path for name in ("optimizer.pt", "scheduler.pt", "rng_state*.pth") for path in checkpoint.glob(name))
+
+
+def torch_archive_problem(path: Path) -> str | None:
+    """Why a ``torch.save`` file is damaged, or None: its zip archive must open and every member match its CRC
+    (a truncated or overwritten file fails here, before the Trainer's ``torch.load`` throws a traceback). Nothing
+    is unpickled."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (OSError, zipfile.BadZipFile, EOFError, ValueError) as error:
+        return f"{type(error).__name__}: {error}"
+    return f"its member {bad} fails its checksum" if bad else None
 
 
 def checkpoint_step(checkpoint: Path) -> int:

@@ -83,6 +83,21 @@ def test_run_files_go_up_only_where_hf_vanilla_wrote_them(saved: Path, tmp_path:
     assert {"metrics.json", "run.json"} <= set(plan_upload(folder).files)
 
 
+def test_a_chat_template_placed_in_a_run_folder_stays_local(trained_run: Path, saved: Path, tmp_path: Path) -> None:
+    """transformers loads any chat_template.jinja beside a tokenizer as its chat template; in a run folder the
+    record says hf_vanilla's tokenizer has none, so one placed there is the user's: listed as skipped, not sent."""
+    run = copy_run(trained_run, tmp_path / "run")
+    (run / "chat_template.jinja").write_text("SECRET {{ messages }}")
+    api = FakeHfApi()
+    result = push_run(run, "tester/templated", api=api)
+    assert "chat_template.jinja" in result.skipped and "chat_template.jinja" not in api.files("tester/templated")
+    assert b"SECRET" not in b"".join(api.files("tester/templated").values())
+
+    folder = copy_of(saved, tmp_path)  # a folder without a record: today's rule, the tokenizer's own files
+    (folder / "chat_template.jinja").write_text("{{ messages }}")
+    assert "chat_template.jinja" in plan_upload(folder).files
+
+
 def test_a_sharded_checkpoint_is_its_index_and_exactly_the_shards_it_names(tmp_path: Path) -> None:
     folder = tmp_path / "sharded"
     tiny_model("decoder").save_pretrained(folder, max_shard_size="40KB")
@@ -148,7 +163,7 @@ def test_an_unfinished_run_is_not_pushed_without_a_word(
 ) -> None:
     folder = copy_of(saved, tmp_path)
     (folder / "run.json").write_text(json.dumps({"task": "clm", **record}))
-    OutputFolder(folder).add(["run.json"])  # the run's record, as training writes it
+    OutputFolder(folder).add([*SAVED, "run.json"])  # the run's record, as training writes it
     api = FakeHfApi()
     with pytest.raises(ValueError, match=f"run.json says the run {said}.*--allow-incomplete"):
         push_run(folder, "tester/unfinished", api=api)
