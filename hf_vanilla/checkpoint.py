@@ -64,7 +64,7 @@ def code_files() -> list[Path]:
     from . import modeling_vanilla
 
     module = Path(inspect.getfile(modeling_vanilla))
-    return [module, *sorted(Path(p) for p in get_relative_import_files(str(module)))]
+    return [module, *sorted({Path(p) for p in get_relative_import_files(str(module))})]  # the walk repeats shared imports
 
 
 def is_weight_file(name: str) -> bool:

@@ -41,7 +41,7 @@ from .checkpoint import (
     loading_files,
     shipped_auto_map,
 )
-from .output_folder import own_files
+from .output_folder import OutputFolder
 
 logger = logging.getLogger(__name__)
 
@@ -75,9 +75,10 @@ def plan_upload(run_dir: str | os.PathLike[str], include: Sequence[str] = ()) ->
     """
     folder = Path(run_dir)
     files = loading_files(folder)
-    ours = {path.name for path in own_files(folder)}  # a run.json the user wrote is not the run's record
+    owner = OutputFolder(folder)
+    ours = {path.name for path in owner.own_files()}  # a run.json the user wrote is not the run's record
     files.update((name, folder / name) for name in RUN_FILES if name in ours and (folder / name).is_file())
-    if ours:  # a folder hf_vanilla wrote publishes what it wrote: a chat_template.jinja put there is the user's
+    if owner.record() is not None:  # hf_vanilla wrote it: publish what it wrote (a chat_template.jinja put there stays)
         files = {name: path for name, path in files.items() if name in ours}
     for name in include:
         files.update(_included(folder, name))

@@ -18,6 +18,7 @@ from safetensors.torch import save_file
 
 from hf_vanilla import cli
 from hf_vanilla.card import build_model_card
+from hf_vanilla.checkpoint import code_files
 from hf_vanilla.hub import model_card_text, plan_upload, push_run
 from hf_vanilla.output_folder import OutputFolder
 from hf_vanilla.training.tasks import get_task
@@ -25,8 +26,8 @@ from tests.factories import tiny_model, tiny_tokenizer
 from tests.hub_fixtures import FakeHfApi, copy_run
 from tests.hub_server import TOKEN, LocalHub
 
-SAVED = ["config.json", "configuration_vanilla.py", "generation_config.json", "model.safetensors",
-         "modeling_vanilla.py", "positional.py", "tokenizer.json", "tokenizer_config.json"]  # fmt: skip
+SAVED = sorted(["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                *(path.name for path in code_files())])
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +97,10 @@ def test_a_chat_template_placed_in_a_run_folder_stays_local(trained_run: Path, s
     folder = copy_of(saved, tmp_path)  # a folder without a record: today's rule, the tokenizer's own files
     (folder / "chat_template.jinja").write_text("{{ messages }}")
     assert "chat_template.jinja" in plan_upload(folder).files
+
+    # A record that lists nothing yet (a run that has not saved) is still a record: nothing of the user's goes up.
+    (folder / ".hf_vanilla.json").write_text(json.dumps({"written_by": "hf_vanilla", "kind": "run", "files": []}))
+    assert plan_upload(folder).files == {}
 
 
 def test_a_sharded_checkpoint_is_its_index_and_exactly_the_shards_it_names(tmp_path: Path) -> None:
