@@ -3,6 +3,9 @@
 
     python scripts/experiments.py extrapolation [--out docs/figures] [--runs runs/experiments] [--tiny]
     python scripts/experiments.py warmup        [--out docs/figures] [--runs runs/experiments] [--tiny]
+    python scripts/experiments.py scaling       [--out docs/figures] [--runs runs/scaling] [--workers 2] [--tiny]
+
+``scaling`` is the IsoFLOP sweep of ``scripts/scaling.py`` (its docstring says what it does).
 
 ``extrapolation`` trains the same small pre-norm decoder once per positional scheme (sinusoidal,
 learned, rope, alibi, relative, none) with the same budget and training length L, then scores the same
@@ -344,7 +347,7 @@ def run_experiment(name: str, out: Path, runs: Path, tiny: bool = False, data_fi
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("experiment", choices=sorted(EXPERIMENTS))
+    parser.add_argument("experiment", choices=[*sorted(EXPERIMENTS), "scaling"])
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "experiments",
                         help="where the figure, table and JSON go (docs/figures for the committed ones)")
     parser.add_argument("--runs", type=Path, default=REPO / "runs" / "experiments",
@@ -354,9 +357,25 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch CPU threads (default: torch's); 1 runs several times faster on a crowded CPU")
     parser.add_argument("--data-files", nargs="*", default=[], metavar="[SPLIT=]PATH",
                         help="train and score on local text files instead of Shakespeare")
+    parser.add_argument("--workers", type=int, default=1, help="scaling: runs trained at once (one thread each)")
+    parser.add_argument("--device", default="cpu", help="scaling: where to train (cpu, cuda, cuda:1, ...)")
+    parser.add_argument("--dtype", default="float32", help="scaling: float32, or bfloat16 (autocast)")
+    parser.add_argument("--no-train", action="store_true",
+                        help="scaling: train nothing; fit and draw the budgets whose runs have all finished")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.experiment == "scaling":
+        sys.path.insert(0, str(REPO / "scripts"))
+        from scaling import check_device, sweep
+
+        try:
+            check_device(args.device, args.dtype)
+        except ValueError as error:
+            parser.error(str(error))
+        sweep(args.out, args.runs, tiny=args.tiny, data_files=tuple(args.data_files), workers=args.workers,
+              device=args.device, dtype=args.dtype, train=not args.no_train)
+        return 0
     run_experiment(args.experiment, args.out, args.runs, tiny=args.tiny, data_files=tuple(args.data_files))
     return 0
 
