@@ -35,6 +35,7 @@ file of the same name that the record does not list is yours: it is refused then
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -42,6 +43,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -321,17 +323,24 @@ EXPERIMENTS = {
 }
 
 
+@contextlib.contextmanager
+def claimed_outputs(out: Path, name: str) -> Iterator[tuple[Path, Path, Path]]:
+    """``out/NAME.png``, ``NAME.md`` and ``NAME.json``, named in ``out``'s record before anything runs (a file of
+    the user's of the same name is refused now, not replaced later) and written under its lock."""
+    with OutputFolder(out, "experiments").locked() as folder:
+        names = [f"{name}.{suffix}" for suffix in ("png", "md", "json")]
+        folder.claim(names)
+        figure, markdown, data = (folder.path / file for file in names)
+        yield figure, markdown, data
+
+
 def run_experiment(name: str, out: Path, runs: Path, tiny: bool = False, data_files: tuple[str, ...] = (),
                    **grid: Any) -> dict[str, Any]:
     """Run one experiment; write ``out/NAME.png``, ``NAME.md`` and ``NAME.json``; return the record. ``grid``
     narrows the experiment (``schemes=`` for extrapolation, ``learning_rates=`` and ``norms=`` for warmup)."""
     measure, table, plot, budget = EXPERIMENTS[name]
     budget = TINY if tiny else budget
-    with OutputFolder(out, "experiments").locked() as folder:
-        # named in out's record before anything runs: a file of the user's of the same name is refused now
-        names = [f"{name}.{suffix}" for suffix in ("png", "md", "json")]
-        folder.claim(names)
-        figure, markdown, data = (folder.path / file for file in names)
+    with claimed_outputs(out, name) as (figure, markdown, data):
         start, where = time.perf_counter(), provenance()
         result = measure(runs, budget, list(data_files), **grid)
         record = dict(experiment=name, tiny=tiny, budget=asdict(budget), **where, **result,

@@ -33,6 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from hf_vanilla.checkpoint import atomic_write_text
+
 #: Chinchilla's and Kaplan's exponents (N_opt ~ C^a, D_opt ~ C^b), printed beside the measured ones.
 REFERENCE_EXPONENTS = {"Chinchilla (Hoffmann et al. 2022)": (0.50, 0.50), "Kaplan et al. 2020": (0.73, 0.27)}
 #: The two ways of counting N: every parameter (Chinchilla) and without the token embedding (Kaplan).
@@ -305,7 +307,7 @@ def train_run(spec: RunSpec, plan: SweepPlan, folder: Path, device: str = "cpu",
                   seconds_per_step=train_time / spec.steps, device=device, dtype=dtype)
     run_dir = folder / spec.name
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "result.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    atomic_write_text(run_dir / "result.json", json.dumps(result, indent=1) + "\n")  # a kill never leaves half
     print(f"{spec.name}: N={spec.parameters:,} D={spec.tokens:,} ({spec.steps} steps) held-out loss "
           f"{result['held_out_loss']['all']:.4f} in {train_time:.0f} s", flush=True)
     return result
@@ -317,7 +319,7 @@ def claim_folder(plan: SweepPlan, folder: Path) -> None:
     if path.exists() and path.read_text(encoding="utf-8") != wanted:
         raise ValueError(f"{folder} holds runs of another sweep plan ({path}); pass another --runs folder")
     folder.mkdir(parents=True, exist_ok=True)
-    path.write_text(wanted, encoding="utf-8")
+    atomic_write_text(path, wanted)
 
 
 def finished(spec: RunSpec, folder: Path) -> dict[str, Any] | None:
@@ -581,9 +583,22 @@ def sweep(out: Path, runs: Path, tiny: bool = False, data_files: tuple[str, ...]
     """The whole experiment: prepare the data, train (or read back) every run, fit, write
     ``out/scaling.{png,md,json}``; return the record. ``train=False`` trains nothing and fits the budgets whose
     runs have all finished (a partial sweep, marked so in the record)."""
-    from experiments import provenance
+    from experiments import claimed_outputs
 
     check_device(device, dtype)
+    with claimed_outputs(out, "scaling") as outputs:
+        record = measure_sweep(runs, tiny, data_files, workers, device, dtype, plan, train)
+        write_outputs(record, *outputs)
+    print(scaling_table(record))
+    print(f"scaling: {record['wall_time_s']} s; written to {out}/scaling.{{png,md,json}}")
+    return record
+
+
+def measure_sweep(runs: Path, tiny: bool, data_files: tuple[str, ...], workers: int, device: str, dtype: str,
+                  plan: SweepPlan | None, train: bool) -> dict[str, Any]:
+    """Train (or read back) every run of the plan and fit them: the sweep's record."""
+    from experiments import provenance
+
     plan = plan or (TINY if tiny else GPU if torch.device(device).type == "cuda" else FULL)
     specs = run_specs(plan)
     start, where = time.perf_counter(), provenance()
@@ -605,10 +620,10 @@ def sweep(out: Path, runs: Path, tiny: bool = False, data_files: tuple[str, ...]
                   wall_time_s=round(time.perf_counter() - start, 1),
                   train_time_s=round(sum(r["train_time_s"] for r in results), 1),
                   data=list(data_files) or "Shakespeare, KJV (English), BBC News (hf_vanilla.corpora)")
-    out.mkdir(parents=True, exist_ok=True)
-    plot_scaling(record, out / "scaling.png")
-    (out / "scaling.md").write_text(scaling_table(record), encoding="utf-8")
-    (out / "scaling.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    print(scaling_table(record))
-    print(f"scaling: {record['wall_time_s']} s; written to {out}/scaling.{{png,md,json}}")
     return record
+
+
+def write_outputs(record: dict[str, Any], figure: Path, table: Path, data: Path) -> None:
+    plot_scaling(record, figure)
+    atomic_write_text(table, scaling_table(record))
+    atomic_write_text(data, json.dumps(record, indent=1) + "\n")
