@@ -59,7 +59,7 @@ VOCAB = 97
 def travelling_files() -> list[Path]:
     """What hf_vanilla.checkpoint.code_files() lists: the modeling module and everything it imports relatively."""
     module = PACKAGE / "modeling_vanilla.py"
-    return [module, *sorted(Path(p) for p in get_relative_import_files(str(module)))]
+    return [module, *sorted({Path(p) for p in get_relative_import_files(str(module))})]  # each file once
 
 
 def copy_model_files(folder: Path) -> Path:
