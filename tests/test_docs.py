@@ -135,6 +135,40 @@ def test_readme_has_an_example_per_family():
         assert head in text
 
 
+def test_readme_is_a_front_page():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) < 150, f"README.md has {len(lines)} lines: move details to docs/ and link them"
+
+
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens, repeats numbered."""
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#+ (.+)$", re.sub(r"```.*?```", "", markdown, flags=re.DOTALL), flags=re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        seen[slug] = seen.get(slug, -1) + 1
+        if seen[slug]:
+            seen[f"{slug}-{seen[slug]}"] = 0
+    return set(seen)
+
+
+def test_every_link_between_documents_resolves():
+    """A moved file or renamed section leaves no dangling link in README.md or docs/ (files and #anchors)."""
+    broken = []
+    for document in DOCUMENTS:
+        source = ROOT / document
+        text = re.sub(r"```.*?```", "", source.read_text(encoding="utf-8"), flags=re.DOTALL)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # a web address
+            path, _, anchor = target.partition("#")
+            linked = (source.parent / path).resolve() if path else source
+            if not linked.exists():
+                broken.append(f"{document}: {target} (no such file)")
+            elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked.read_text(encoding="utf-8")):
+                broken.append(f"{document}: {target} (no such section)")
+    assert not broken, "\n".join(broken)
+
+
 def test_docs_name_no_path_outside_the_repository_and_no_placeholder():
     for document in DOCUMENTS:
         text = (ROOT / document).read_text(encoding="utf-8")
