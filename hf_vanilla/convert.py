@@ -9,8 +9,9 @@ Each native architecture is described by data, not by code paths:
 
 * a weight table (:class:`W` rows) naming, for every hf_vanilla tensor, the native tensor holding the same
   numbers and how it is laid out (GPT-2's transposed Conv1D and fused q|k|v, BART's (1, vocab) logits bias);
-* a config mapping: the VanillaConfig values the architecture hard-codes (``fixed``), the fields that only
-  change name (``renamed``), and two small functions for the few fields computed from several others.
+* a config mapping: the VanillaConfig values the architecture hard-codes (``fixed``; the options of the table of
+  variants come from its rows' ``to_hf``), the fields that only change name (``renamed``), and two small
+  functions for the few fields computed from several others.
 
 Every architectural difference is a VanillaConfig option; nothing here special-cases a model beyond its tables.
 
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from . import variants
 from .checkpoint import PICKLE_SUFFIXES, load_complete, staged_folder
 from .output_folder import OutputFolder
 
@@ -71,7 +73,7 @@ class Head:
     vanilla: str
     base: str  # where the native class keeps its base model: "model.", "transformer.", "bert." or ""
     weights: tuple[W, ...] = ()
-    fixed: Mapping[str, Any] = field(default_factory=dict)  # VanillaConfig values this head implies
+    fixed: Mapping[str, Any] = field(default_factory=dict)  # VanillaConfig values this head implies (not options)
     init_kwargs: Mapping[str, Any] = field(default_factory=dict)  # for the native constructor
     dropped: tuple[str, ...] = ()  # native tensors hf_vanilla has no place for: dropped with a warning
 
@@ -88,10 +90,9 @@ class Problems:
 class Architecture:
     model_type: str
     config_class: str
-    family: str
     heads: Mapping[str, Head]  # native class name -> head; the first is the default for a bare checkpoint
     weights: tuple[W, ...]
-    fixed: Mapping[str, Any]  # VanillaConfig values the native architecture hard-codes
+    fixed: Mapping[str, Any]  # VanillaConfig values the native architecture hard-codes, beyond the table's options
     renamed: Mapping[str, str]  # VanillaConfig field -> native config field holding the same value
     derived: frozenset[str] = frozenset()  # VanillaConfig fields the two functions below compute
     # native config -> derived VanillaConfig fields
@@ -100,6 +101,12 @@ class Architecture:
     to_native: Callable[[Any, Problems], dict[str, Any]] = lambda config, problems: {}
     # native settings with no VanillaConfig counterpart
     unsupported: Callable[[Any, Problems], None] = lambda native, problems: None
+
+    @property
+    def family(self) -> str:
+        """The hf_vanilla architecture whose row of the table of variants names this target."""
+        (family,) = variants.native_values("architecture", self.model_type)
+        return family
 
 
 # ----------------------------------------------------------------------------------------------
@@ -118,7 +125,6 @@ _SOFT = frozenset({"hidden_dropout", "attention_dropout", "activation_dropout", 
 # Generation settings some native configs still declare; they travel in the generation config.
 _GENERATION_FIELDS = ("forced_bos_token_id", "forced_eos_token_id")
 
-_NO_LM_HEAD = dict(lm_head_bias=False, lm_head_transform=False, lm_head_scale=1.0)
 # The VanillaConfig field keeping the native config's fields no table maps (a Llama's unk_token_id,
 # pretraining_tp, attributes tools set): {"model_type": ..., "fields": {...}}, given back by to_hf.
 NATIVE_EXTRAS = "native_config_extras"
@@ -172,10 +178,8 @@ def _llama_to_native(config: VanillaConfig, problems: Problems) -> dict[str, Any
 LLAMA = Architecture(
     model_type="llama",
     config_class="LlamaConfig",
-    family="decoder",
     heads={
-        "LlamaForCausalLM": Head("VanillaForCausalLM", "model.", (W("lm_head.weight", "lm_head.weight"),),
-                                 fixed=_NO_LM_HEAD),
+        "LlamaForCausalLM": Head("VanillaForCausalLM", "model.", (W("lm_head.weight", "lm_head.weight"),)),
         "LlamaModel": Head("VanillaModel", ""),
     },
     weights=(
@@ -189,8 +193,7 @@ LLAMA = Architecture(
         W("decoder.final_norm.weight", "norm.weight"),
     ),
     fixed=dict(
-        position_embedding_type="rope", norm_position="pre", norm_type="rmsnorm", final_norm=True,
-        embedding_norm=False, scale_embedding=False, attention_scale=None, gated_ffn=True, type_vocab_size=0,
+        final_norm=True, embedding_norm=False, scale_embedding=False, attention_scale=None, type_vocab_size=0,
         hidden_dropout=0.0, activation_dropout=0.0,
     ),
     renamed=dict(
@@ -246,10 +249,8 @@ def _gpt2_unsupported(native: Any, problems: Problems) -> None:
 GPT2 = Architecture(
     model_type="gpt2",
     config_class="GPT2Config",
-    family="decoder",
     heads={
-        "GPT2LMHeadModel": Head("VanillaForCausalLM", "transformer.", (W("lm_head.weight", "lm_head.weight"),),
-                                fixed=_NO_LM_HEAD),
+        "GPT2LMHeadModel": Head("VanillaForCausalLM", "transformer.", (W("lm_head.weight", "lm_head.weight"),)),
         "GPT2Model": Head("VanillaModel", ""),
     },
     weights=(
@@ -266,8 +267,7 @@ GPT2 = Architecture(
         W("decoder.final_norm.*", "ln_f.*"),
     ),
     fixed=dict(
-        position_embedding_type="learned", position_offset=0, norm_position="pre", norm_type="layernorm",
-        norm_bias=True, final_norm=True, embedding_norm=False, scale_embedding=False, gated_ffn=False,
+        position_offset=0, norm_bias=True, final_norm=True, embedding_norm=False, scale_embedding=False,
         attention_bias=True, mlp_bias=True, type_vocab_size=0, activation_dropout=0.0,
     ),
     renamed=dict(
@@ -302,7 +302,6 @@ _BERT_LAYER = "encoder.layer.{i}"
 BERT = Architecture(
     model_type="bert",
     config_class="BertConfig",
-    family="encoder",
     heads={
         "BertForMaskedLM": Head(
             "VanillaForMaskedLM",
@@ -313,7 +312,6 @@ BERT = Architecture(
                 W("lm_head.weight", "cls.predictions.decoder.weight"),
                 W("lm_head.bias", ("cls.predictions.decoder.bias", "cls.predictions.bias")),
             ),
-            fixed=dict(lm_head_bias=True, lm_head_transform=True, lm_head_scale=1.0),
         ),
         "BertForSequenceClassification": Head(
             "VanillaForSequenceClassification",
@@ -337,9 +335,8 @@ BERT = Architecture(
         W("encoder.layers.{i}.mlp_step.norm.*", _BERT_LAYER + ".output.LayerNorm.*"),
     ),
     fixed=dict(
-        position_embedding_type="learned", position_offset=0, norm_position="post", norm_type="layernorm",
-        norm_bias=True, embedding_norm=True, final_norm=False, scale_embedding=False, attention_scale=None,
-        gated_ffn=False, attention_bias=True, mlp_bias=True, activation_dropout=0.0,
+        position_offset=0, norm_bias=True, embedding_norm=True, final_norm=False, scale_embedding=False,
+        attention_scale=None, attention_bias=True, mlp_bias=True, activation_dropout=0.0,
     ),
     renamed=dict(
         vocab_size="vocab_size", hidden_size="hidden_size", intermediate_size="intermediate_size",
@@ -380,8 +377,8 @@ _SHARED_EMBEDDING = W("embed_tokens.weight", ("shared.weight", "encoder.embed_to
                                               "decoder.embed_tokens.weight"))
 _SEQ2SEQ_LM_HEAD = (W("lm_head.weight", "lm_head.weight"), W("lm_head.bias", "final_logits_bias", row=True))
 _SEQ2SEQ_FIXED = dict(
-    norm_position="post", norm_type="layernorm", norm_bias=True, norm_eps=1e-5, final_norm=False,
-    attention_scale=None, gated_ffn=False, attention_bias=True, mlp_bias=True, type_vocab_size=0,
+    norm_bias=True, norm_eps=1e-5, final_norm=False, attention_scale=None, attention_bias=True, mlp_bias=True,
+    type_vocab_size=0,
 )
 _SEQ2SEQ_RENAMED = dict(
     vocab_size="vocab_size", hidden_size="d_model", intermediate_size="encoder_ffn_dim",
@@ -409,10 +406,8 @@ def _seq2seq_unsupported(native: Any, problems: Problems) -> None:
 BART = Architecture(
     model_type="bart",
     config_class="BartConfig",
-    family="encoder-decoder",
     heads={
-        "BartForConditionalGeneration": Head("VanillaForSeq2SeqLM", "model.", _SEQ2SEQ_LM_HEAD,
-                                             fixed=dict(lm_head_bias=True, lm_head_transform=False, lm_head_scale=1.0)),
+        "BartForConditionalGeneration": Head("VanillaForSeq2SeqLM", "model.", _SEQ2SEQ_LM_HEAD),
         "BartModel": Head("VanillaModel", ""),
     },
     weights=(
@@ -424,7 +419,7 @@ BART = Architecture(
         *_seq2seq_layers(),
     ),
     # BART's learned table reserves its first two rows (a fairseq legacy): position 0 sits at row 2.
-    fixed=dict(_SEQ2SEQ_FIXED, position_embedding_type="learned", position_offset=2, embedding_norm=True),
+    fixed=dict(_SEQ2SEQ_FIXED, position_offset=2, embedding_norm=True),
     renamed=dict(_SEQ2SEQ_RENAMED, classifier_dropout="classifier_dropout"),
     derived=frozenset({"num_key_value_heads", "head_dim"}),
     to_vanilla=lambda native: dict(num_key_value_heads=native.encoder_attention_heads),
@@ -450,10 +445,8 @@ def _marian_unsupported(native: Any, problems: Problems) -> None:
 MARIAN = Architecture(
     model_type="marian",
     config_class="MarianConfig",
-    family="encoder-decoder",
     heads={
-        "MarianMTModel": Head("VanillaForSeq2SeqLM", "model.", _SEQ2SEQ_LM_HEAD,
-                              fixed=dict(lm_head_bias=True, lm_head_transform=False, lm_head_scale=1.0)),
+        "MarianMTModel": Head("VanillaForSeq2SeqLM", "model.", _SEQ2SEQ_LM_HEAD),
         "MarianModel": Head("VanillaModel", ""),
     },
     weights=(
@@ -463,8 +456,7 @@ MARIAN = Architecture(
         W("decoder.positions.table", "decoder.embed_positions.weight", computed=True),
         *_seq2seq_layers(),
     ),
-    fixed=dict(_SEQ2SEQ_FIXED, position_embedding_type="sinusoidal", sinusoidal_layout="concatenated",
-               position_offset=0, embedding_norm=False),
+    fixed=dict(_SEQ2SEQ_FIXED, sinusoidal_layout="concatenated", position_offset=0, embedding_norm=False),
     renamed=_SEQ2SEQ_RENAMED,
     derived=frozenset({"num_key_value_heads", "head_dim"}),
     to_vanilla=lambda native: dict(num_key_value_heads=native.encoder_attention_heads),
@@ -543,17 +535,14 @@ def _t5_layers() -> tuple[W, ...]:
 T5 = Architecture(
     model_type="t5",
     config_class="T5Config",
-    family="encoder-decoder",
     heads={
-        "T5ForConditionalGeneration": Head("VanillaForSeq2SeqLM", "", (W("lm_head.weight", "lm_head.weight"),),
-                                           fixed=dict(lm_head_bias=False, lm_head_transform=False)),
+        "T5ForConditionalGeneration": Head("VanillaForSeq2SeqLM", "", (W("lm_head.weight", "lm_head.weight"),)),
         "T5Model": Head("VanillaModel", ""),
     },
     weights=(_SHARED_EMBEDDING, *_t5_layers()),
     fixed=dict(
-        position_embedding_type="relative", norm_position="pre", norm_type="rmsnorm", final_norm=True,
-        embedding_norm=False, scale_embedding=False, attention_scale=1.0, attention_bias=False, mlp_bias=False,
-        type_vocab_size=0,
+        final_norm=True, embedding_norm=False, scale_embedding=False, attention_scale=1.0, attention_bias=False,
+        mlp_bias=False, type_vocab_size=0,
     ),
     renamed=dict(
         vocab_size="vocab_size", hidden_size="d_model", head_dim="d_kv", intermediate_size="d_ff",
@@ -598,7 +587,6 @@ def _relevant(name: str, config: VanillaConfig, head_class: str) -> bool:
         return head_class in _LM_HEADS
     if name in _POOLING_FIELDS:
         return head_class == "VanillaForSequenceClassification"
-    from . import variants
     from .configuration_vanilla import field_is_active
 
     if name == "max_position_embeddings":  # sizes a trained table added to the embeddings, or RoPE's scaling
@@ -616,15 +604,39 @@ def _same(name: str, value: Any, expected: Any, config: VanillaConfig) -> bool:
     return value == expected
 
 
+def _table_form(arch: Architecture, head: Head) -> dict[str, Any]:
+    """The values of the table's options this target hard-codes: the one value whose row names it in ``to_hf``, or
+    the default where it carries none of an option's non-default rows. An option it carries several values of (or
+    a non-default one) its config says, through ``derived``; output-layer options belong to the LM heads alone."""
+    from .configuration_vanilla import field_default
+
+    form = {}
+    for option in variants.options():
+        option_rows = variants.rows(option)
+        if any(r.output_layer for r in option_rows) and head.vanilla not in _LM_HEADS:
+            continue
+        carried = variants.native_values(option, arch.model_type)
+        if len(carried) == 1 and carried[0] != variants.NON_DEFAULT:
+            form[option] = carried[0]
+        elif not carried and variants.NON_DEFAULT in variants.values(option):
+            form[option] = field_default(option)
+    return form
+
+
+def native_form(arch: Architecture, head: Head) -> dict[str, Any]:
+    """The VanillaConfig values this native class hard-codes: the table's options, the architecture's and head's."""
+    return {**_table_form(arch, head), **arch.fixed, **head.fixed}
+
+
 def covered_fields(arch: Architecture, head: Head) -> frozenset[str]:
     """The VanillaConfig fields the architecture's tables account for."""
-    return frozenset(arch.fixed) | frozenset(head.fixed) | frozenset(arch.renamed) | arch.derived
+    return frozenset(native_form(arch, head)) | frozenset(arch.renamed) | arch.derived
 
 
 def _check_native_form(config: VanillaConfig, arch: Architecture, head: Head, head_class: str) -> Problems:
     """Everything in ``config`` the native architecture cannot express."""
     problems = Problems()
-    expected = {**arch.fixed, **head.fixed}
+    expected = native_form(arch, head)
     covered = covered_fields(arch, head)
     for spec in _vanilla_config_fields():
         name = spec.name
@@ -645,7 +657,7 @@ def _to_vanilla_config(model: PreTrainedModel, arch: Architecture, head: Head) -
     from .configuration_vanilla import VanillaConfig
 
     native = model.config
-    fields: dict[str, Any] = {**arch.fixed, **head.fixed}
+    fields: dict[str, Any] = native_form(arch, head)
     fields.update({ours: copy.deepcopy(getattr(native, theirs)) for ours, theirs in arch.renamed.items()
                    if hasattr(native, theirs)})
     fields.update(arch.to_vanilla(native))
@@ -1266,6 +1278,7 @@ __all__ = [
     "convert_checkpoint",
     "covered_fields",
     "from_hf",
+    "native_form",
     "supported_classes",
     "to_hf",
 ]

@@ -1,12 +1,8 @@
 """The support matrix: each value of each option (hf_vanilla/variants.py) against transformers' attention
-backends, vLLM, parallelism and each ``to_hf`` target. docs/support-matrix.md is this module's output
+backends, vLLM, parallelism, the exporters and each ``to_hf`` target. docs/support-matrix.md is this module's output
 (``python -m hf_vanilla.support_matrix > docs/support-matrix.md``); tests/test_variants.py keeps them equal."""
 
-from typing import Any
-
 from . import variants
-from .configuration_vanilla import VanillaConfig
-from .convert import ARCHITECTURES, Architecture
 
 #: transformers' attention implementations, by how they treat an additive attention bias.
 BACKENDS = ("eager", "sdpa", "flex_attention", "flash_attention_2")
@@ -14,13 +10,32 @@ BACKENDS_TAKING_BIAS = ("eager", "sdpa", "flex_attention")
 
 INTRO = """# Support matrix
 
-Which value of which option works where: transformers' attention backends, vLLM (through its Transformers
-backend), tensor and pipeline parallelism, and each conversion target of `hf_vanilla.convert.to_hf`. Each cell says
-*yes* (exact), or *refused* with the reason the model or the converter gives, before any token is computed.
+Check this page before you pick an option: it says, for each value of each structural option, where a model using
+it runs. Each cell says *yes* (the result is exact: the same numbers as the model in transformers), *yes, with* a
+condition, or *refused* with the reason (the model and the converter refuse before any token is computed). A
+model combines several values (one per option): it runs where every one of its values does.
 
-Generated from the table of variants (`hf_vanilla/variants.py`) and the conversion tables
-(`hf_vanilla/convert.py`) by `python -m hf_vanilla.support_matrix`; a test regenerates it and compares. A new
-option value is one row in the table (and, for a positional scheme, one class in `positional.py`): it appears here.
+What the columns mean:
+
+- **eager, sdpa, flex_attention, flash_attention_2**: transformers' attention implementations
+  (`attn_implementation=`). Flash attention takes no additive bias, so the schemes that add one are refused there.
+- **vLLM**: serving through vLLM's Transformers backend (docs/deploying.md). vLLM builds its own output layer, so
+  output-layer options count for decoders only (an encoder's hidden states are pooled). The model refuses what
+  vLLM would serve wrongly, naming the option.
+- **tensor parallel**: `from_pretrained(..., tp_plan="auto")`; *split heads* shards attention heads across ranks,
+  *whole heads* keeps each layer's self-attention whole on every rank (a per-head bias needs all heads).
+- **pipeline parallel**: whether the config offers a `base_model_pp_plan`.
+- **torch.export, ONNX**: `torch.export.export` of the forward, and `torch.onnx.export(..., dynamo=True)` run by
+  onnxruntime (docs/deploying.md), each under `torch.no_grad()` (torch 2.13's ONNX decomposition fails on an
+  attention bias that requires grad, the relative scheme's); *yes* means the exported program gives the model's
+  logits. A refusal here is the exporter's failure, quoted.
+- **to_hf llama ... t5**: `hf_vanilla.convert.to_hf(model)` to that transformers architecture (docs/converting.md).
+  *yes* means the native model computes the same logits; a refusal names the value the native model has instead.
+  Converting also needs every other option of the model to fit the same target.
+
+Generated from the table of variants (`hf_vanilla/variants.py`) by `python -m hf_vanilla.support_matrix`; a test
+regenerates it and compares, and the tests check each cell against the code (tests/test_variants.py). A new option
+value is one row in the table (and, for a positional scheme, one class in `positional.py`): it appears here.
 """
 
 
@@ -48,36 +63,32 @@ def pipeline_cell(row: variants.Variant) -> str:
     return "no plan: adds to the embeddings" if row.adds_to_embeddings else "yes"
 
 
-def _native_form(arch: Architecture) -> dict[str, Any]:
-    """The VanillaConfig values the target hard-codes, its default (first) head's included."""
-    head = next(iter(arch.heads.values()))
-    return {**arch.fixed, **head.fixed}
+def export_cell(row: variants.Variant, exporter: str) -> str:
+    refusal = row.export_refusal(exporter)
+    return f"refused: {refusal}" if refusal else "yes"
 
 
-def conversion_cell(row: variants.Variant, arch: Architecture) -> str:
-    if row.option == "architecture":
-        return "yes" if row.value == arch.family else f"refused: {arch.model_type} converts {arch.family} models only"
-    fixed = _native_form(arch)
-    if row.option in fixed:
-        native = fixed[row.option]
-        default = VanillaConfig.__dataclass_fields__[row.option].default
-        same = native != default if row.value == variants.NON_DEFAULT else native == row.value
-        return "yes" if same else f"refused: {arch.model_type} has `{row.option}={native!r}`"
-    if row.option in arch.renamed:
-        return "yes"
-    if row.option in arch.derived:
-        return f"yes where {arch.model_type} can say it"
-    return f"refused: {arch.model_type} has no `{row.option}`"
+def conversion_cell(row: variants.Variant, target: str) -> str:
+    if target in row.to_hf:
+        condition = row.to_hf_condition(target)
+        return f"yes, with {condition}" if condition else "yes"
+    carried = variants.native_values(row.option, target)
+    if carried == (variants.NON_DEFAULT,) or not carried and variants.NON_DEFAULT in variants.values(row.option):
+        return f"refused: {target} has the default `{row.option}`"
+    if not carried:
+        return f"refused: {target} has no `{row.option}`"
+    return f"refused: {target} has " + " or ".join(f"`{row.option}={value!r}`" for value in carried)
 
 
 def matrix() -> str:
     """The table: one line per row of the table of variants."""
-    targets = list(ARCHITECTURES.values())
-    header = ["value", *BACKENDS, "vLLM", "tensor parallel", "pipeline parallel", *(f"to_hf {a.model_type}" for a in targets)]
+    header = ["value", *BACKENDS, "vLLM", "tensor parallel", "pipeline parallel", *variants.EXPORTERS,
+              *(f"to_hf {target}" for target in variants.TO_HF_TARGETS)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in variants.VARIANTS:
         cells = [_label(row), *(backend_cell(row, b) for b in BACKENDS), vllm_cell(row), row.tensor_parallel,
-                 pipeline_cell(row), *(conversion_cell(row, arch) for arch in targets)]
+                 pipeline_cell(row), *(export_cell(row, exporter) for exporter in variants.EXPORTERS),
+                 *(conversion_cell(row, target) for target in variants.TO_HF_TARGETS)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -3,8 +3,9 @@
 A row says what one value of one config field *is* (does it add to the embeddings, add a bias to the attention
 scores, hold parameters, which fields take effect only with it) and what each engine does with it (tensor
 parallelism splits its heads or keeps them whole; vLLM serves it, serves it through another field, or is refused
-with a reason). Config validation, the inactive-options rule, the parallel plans, the engine refusals, convert's
-relevant fields, scripts and the tests' grids read this table; nothing else lists option values.
+with a reason; each exporter carries it or fails for a stated reason; which ``to_hf`` targets compute it natively).
+Config validation, the inactive-options rule, the parallel plans, the engine refusals, convert's relevant fields
+and native forms, scripts and the tests' grids read this table; nothing else lists option values.
 
 A new value is one row here (``register``) and, for a positional scheme, one class in positional.py naming it.
 
@@ -21,6 +22,15 @@ TP_SPLIT, TP_WHOLE = "split heads", "whole heads"
 
 #: ``Variant.value`` for an option whose every non-default value behaves alike (a scale, a flag).
 NON_DEFAULT = "non-default"
+
+#: The exporters a row is checked against (docs/deploying.md), under ``torch.no_grad()``: ``torch.export.export`` of
+#: the forward, and ``torch.onnx.export(..., dynamo=True)`` run by onnxruntime. A row exports with each exactly unless
+#: it names the reason the exporter fails.
+TORCH_EXPORT, ONNX = "torch.export", "ONNX"
+EXPORTERS = (TORCH_EXPORT, ONNX)
+
+#: The ``to_hf`` targets (transformers ``model_type``), in hf_vanilla.convert's order.
+TO_HF_TARGETS = ("llama", "gpt2", "bert", "bart", "marian", "t5")
 
 
 @dataclass(frozen=True)
@@ -50,53 +60,86 @@ class Variant:
     vllm_refusal: str = ""
     #: The config attribute vLLM reads to honour this value ("" when it needs none).
     vllm_reads: str = ""
+    #: (exporter, why it cannot carry this value) for each of EXPORTERS that fails; the others export it exactly.
+    export_refusals: tuple[tuple[str, str], ...] = ()
+    #: The ``to_hf`` targets whose native model computes this value exactly; every other target refuses it.
+    to_hf: tuple[str, ...] = ()
+    #: (target, the further condition under which it carries this value) for a target of ``to_hf`` with one.
+    to_hf_conditions: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        exporters = [name for name, _ in self.export_refusals if name not in EXPORTERS]
+        targets = [name for name in self.to_hf if name not in TO_HF_TARGETS]
+        targets += [name for name, _ in self.to_hf_conditions if name not in self.to_hf]
+        if exporters or targets:
+            raise ValueError(f"{self.option}={self.value!r}: export_refusals names {exporters or 'no'} unknown "
+                             f"exporter (known: {EXPORTERS}), to_hf / to_hf_conditions {targets or 'no'} unknown "
+                             f"target (to_hf names targets of {TO_HF_TARGETS}; a condition, a target in to_hf).")
 
     @property
     def served_by_vllm(self) -> bool:
         return not self.vllm_refusal
+
+    def export_refusal(self, exporter: str) -> str:
+        """Why ``exporter`` cannot carry this value ("" when it exports it exactly)."""
+        return dict(self.export_refusals).get(exporter, "")
+
+    def to_hf_condition(self, target: str) -> str:
+        """The condition under which ``target`` carries this value ("" when it always does)."""
+        return dict(self.to_hf_conditions).get(target, "")
 
 
 _BIAS_IN_VLLM = "vLLM's attention takes queries, keys and values only: the additive bias would be dropped"
 _HEAD_IN_VLLM = "vLLM builds its own output layer from vocab_size, tie_word_embeddings and logit_scale alone"
 
 VARIANTS: list[Variant] = [
-    Variant("architecture", "encoder", "bidirectional stack (BERT-like)"),
-    Variant("architecture", "decoder", "causal stack (GPT-like)"),
+    Variant("architecture", "encoder", "bidirectional stack (BERT-like)", to_hf=("bert",)),
+    Variant("architecture", "decoder", "causal stack (GPT-like)", to_hf=("llama", "gpt2")),
     Variant("architecture", "encoder-decoder", "encoder and decoder with cross-attention (the paper's)",
             active_fields=("num_decoder_layers",), pipeline_refusal="two lists of layers",
             vllm_refusal="vLLM serves hf_vanilla decoders (generation) and encoders (embedding, classification) "
-                         "through its Transformers backend, not encoder-decoders"),
+                         "through its Transformers backend, not encoder-decoders",
+            to_hf=("bart", "marian", "t5")),
     Variant("position_embedding_type", "sinusoidal", "fixed sinusoids added to the embeddings (the paper's)",
-            active_fields=("position_offset", "sinusoidal_layout"), adds_to_embeddings=True),
+            active_fields=("position_offset", "sinusoidal_layout"), adds_to_embeddings=True, to_hf=("marian",),
+            to_hf_conditions=(("marian", "sinusoidal_layout='concatenated'"),)),
     Variant("position_embedding_type", "learned", "one trained vector per position (BERT, GPT-2, BART)",
-            active_fields=("position_offset",), adds_to_embeddings=True, parameters=True),
+            active_fields=("position_offset",), adds_to_embeddings=True, parameters=True,
+            to_hf=("gpt2", "bert", "bart"), to_hf_conditions=(("bart", "position_offset=2"),)),
     Variant("position_embedding_type", "rope", "queries and keys rotated by position (Llama)",
-            active_fields=("rope_parameters",)),
+            active_fields=("rope_parameters",), to_hf=("llama",)),
     Variant("position_embedding_type", "alibi", "linear distance penalty per head (Press et al.)",
             attention_bias=True, tensor_parallel=TP_WHOLE, vllm_refusal=_BIAS_IN_VLLM),
     Variant("position_embedding_type", "relative", "learned bucketed bias per head (T5)",
             active_fields=("relative_attention_num_buckets", "relative_attention_max_distance"),
             attention_bias=True, parameters=True, vllm_refusal=_BIAS_IN_VLLM,
             tensor_parallel_plan=(("relative_attention_bias.weight", "embedding_colwise"),
-                                  ("relative_attention_bias", "local_params"))),
+                                  ("relative_attention_bias", "local_params")),
+            to_hf=("t5",)),
     Variant("position_embedding_type", "none", "no positional information"),
-    Variant("norm_type", "layernorm", "LayerNorm", active_fields=("norm_bias",), parameters=True),
-    Variant("norm_type", "rmsnorm", "RMSNorm (T5, Llama)", parameters=True),
-    Variant("norm_position", "pre", "x = x + f(norm(x)) (GPT-2, Llama, T5)"),
-    Variant("norm_position", "post", "x = norm(x + f(x)) (the paper's)"),
-    Variant("gated_ffn", False, "act(x W_up) W_down (the paper's)", parameters=True),
-    Variant("gated_ffn", True, "act(x W_gate) * (x W_up) W_down (SwiGLU, GEGLU)", parameters=True),
+    Variant("norm_type", "layernorm", "LayerNorm", active_fields=("norm_bias",), parameters=True,
+            to_hf=("gpt2", "bert", "bart", "marian")),
+    Variant("norm_type", "rmsnorm", "RMSNorm (T5, Llama)", parameters=True, to_hf=("llama", "t5")),
+    Variant("norm_position", "pre", "x = x + f(norm(x)) (GPT-2, Llama, T5)", to_hf=("llama", "gpt2", "t5")),
+    Variant("norm_position", "post", "x = norm(x + f(x)) (the paper's)", to_hf=("bert", "bart", "marian")),
+    Variant("gated_ffn", False, "act(x W_up) W_down (the paper's)", parameters=True,
+            to_hf=("gpt2", "bert", "bart", "marian", "t5")),
+    Variant("gated_ffn", True, "act(x W_gate) * (x W_up) W_down (SwiGLU, GEGLU)", parameters=True,
+            to_hf=("llama", "t5"),
+            to_hf_conditions=(("t5", "hidden_act other than 'gelu' (T5 reads 'gated-gelu' as gelu_new)"),)),
     Variant("lm_head_scale", NON_DEFAULT, "last hidden states times a factor before the output projection (T5)",
-            output_layer=True, vllm_reads="logit_scale"),
+            output_layer=True, vllm_reads="logit_scale", to_hf=("t5",),
+            to_hf_conditions=(("t5", "lm_head_scale=d_model**-0.5 (T5 v1.0)"),)),
     Variant("lm_head_bias", False, "no bias on the output projection (GPT-2, Llama, T5)",
-            output_layer=True),
+            output_layer=True, to_hf=("llama", "gpt2", "t5")),
     Variant("lm_head_bias", True, "a bias on the output projection (BERT, BART, Marian)", parameters=True,
             output_layer=True,
-            vllm_refusal=_HEAD_IN_VLLM + ": it has no hf_vanilla output bias"),
+            vllm_refusal=_HEAD_IN_VLLM + ": it has no hf_vanilla output bias", to_hf=("bert", "bart", "marian")),
     Variant("lm_head_transform", False, "the last hidden states go straight to the output projection",
-            output_layer=True),
+            output_layer=True, to_hf=("llama", "gpt2", "bart", "marian", "t5")),
     Variant("lm_head_transform", True, "dense + activation + norm before the output projection (BERT)",
-            parameters=True, output_layer=True, vllm_refusal=_HEAD_IN_VLLM + ": it skips the transform"),
+            parameters=True, output_layer=True, vllm_refusal=_HEAD_IN_VLLM + ": it skips the transform",
+            to_hf=("bert",)),
 ]
 
 
@@ -150,6 +193,11 @@ def activating_values(field_name: str) -> dict[str, tuple[Any, ...]]:
         if field_name in r.active_fields:
             found[r.option] = (*found.get(r.option, ()), r.value)
     return found
+
+
+def native_values(option: str, target: str) -> tuple[Any, ...]:
+    """The values of ``option`` whose rows ``target`` carries (``to_hf``)."""
+    return tuple(r.value for r in rows(option) if target in r.to_hf)
 
 
 def fields_with_conditions() -> tuple[str, ...]:

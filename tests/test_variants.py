@@ -5,7 +5,7 @@ Every grid here reads the table, so a new row is tested without an edit; ``test_
 adds a KERPLE-log scheme (per-head additive bias with parameters) the way a contributor would and runs the grid on it.
 """
 
-
+import functools
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 import hf_vanilla as hv
 from hf_vanilla import positional, support_matrix, variants
 from hf_vanilla.configuration_vanilla import rows_of
-from tests.factories import HEAD_FOR_FAMILY, config_for_row
+from tests.factories import HEAD_FOR_FAMILY, NON_DEFAULT_SETTINGS, config_for_row
 
 ROW_IDS = [f"{row.option}={row.value}" for row in variants.VARIANTS]
 
@@ -216,12 +216,23 @@ def test_a_scheme_added_as_one_class_and_one_row(kerple, engine, tmp_path):
     check_engine_refuses_or_builds(kerple, engine)
     with pytest.raises(ValueError, match="flash_attention_2.*'kerple_log'.*no additive attention bias"):
         config_for_row(kerple, attn_implementation="flash_attention_2")
+    for exporter in variants.EXPORTERS:  # the row names no exporter's failure: each must give the model's logits
+        check_row_exports_or_fails_as_declared(kerple, exporter, tmp_path)
+    for target in variants.TO_HF_TARGETS:  # the row names no target: each refuses it
+        check_target_converts_or_refuses(kerple, target)
 
 
 def test_a_row_without_its_class_is_refused_when_the_model_is_built():
     row = variants.Variant("position_embedding_type", "not_written_yet", "a scheme whose class is missing")
     with variants.registered(row), pytest.raises(ValueError, match="no PositionalScheme subclass names it"):
         head_model(config_for_row(row))
+
+
+def test_a_row_naming_an_unknown_exporter_or_target_is_refused_when_written():
+    with pytest.raises(ValueError, match=r"\['onnx'\] unknown exporter.*no unknown target"):
+        variants.Variant("norm_type", "scalenorm", "ScaleNorm", export_refusals=(("onnx", "lower case"),))
+    with pytest.raises(ValueError, match=r"no unknown exporter.*\['mistral', 't5'\] unknown target"):
+        variants.Variant("norm_type", "scalenorm", "ScaleNorm", to_hf=("mistral",), to_hf_conditions=(("t5", "x"),))
 
 
 def test_a_value_is_in_the_table_once():
@@ -262,4 +273,149 @@ def test_the_support_matrix_page_is_generated_from_the_tables():
 
 
 def test_the_support_matrix_shows_a_new_row(kerple):
-    assert "`position_embedding_type='kerple_log'`" in support_matrix.matrix()
+    (line,) = [line for line in support_matrix.matrix().splitlines() if "`position_embedding_type='kerple_log'`" in line]
+    for target in variants.TO_HF_TARGETS:  # refused with the value each target has instead
+        (native,) = variants.native_values("position_embedding_type", target)
+        assert f"refused: {target} has `position_embedding_type={native!r}`" in line
+    assert line.count("| yes |") >= len(variants.EXPORTERS)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exporters: a row exports exactly with each exporter, or the exporter fails as the row says
+
+
+class Logits(nn.Module):
+    """One tensor out and no cache, as docs/deploying.md exports a model."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, decoder_input_ids=None):
+        seq2seq = {} if decoder_input_ids is None else {"decoder_input_ids": decoder_input_ids}
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **seq2seq).logits
+
+
+def export_inputs(config: hv.VanillaConfig) -> tuple[torch.Tensor, ...]:
+    """A batch with a padded row (right padding: every query of a decoder has a real key to attend)."""
+    ids = torch.tensor([[3, 14, 15, 9, 26, 5, 35], [8, 40, 7, 9, 3, 0, 0]])  # < every tiny vocabulary
+    mask = (ids != 0).long()
+    return (ids, mask, ids[:, :5]) if config.is_encoder_decoder else (ids, mask)
+
+
+def exported_logits(exporter: str, module: nn.Module, inputs: tuple[torch.Tensor, ...], folder) -> torch.Tensor:
+    if exporter == variants.TORCH_EXPORT:
+        return torch.export.export(module, inputs).module()(*inputs)
+    onnxruntime = pytest.importorskip("onnxruntime", reason="ONNX export needs onnx, onnxscript and onnxruntime")
+    program = torch.onnx.export(module, inputs, dynamo=True, verbose=False)
+    program.save(str(folder / "model.onnx"))
+    session = onnxruntime.InferenceSession(str(folder / "model.onnx"))
+    feed = {spec.name: tensor.numpy() for spec, tensor in zip(session.get_inputs(), inputs, strict=True)}
+    return torch.from_numpy(session.run(None, feed)[0])
+
+
+def check_row_exports_or_fails_as_declared(row: variants.Variant, exporter: str, folder) -> None:
+    config = config_for_row(row, num_hidden_layers=1)
+    module, inputs = Logits(head_model(config)).eval(), export_inputs(config)
+    refusal = row.export_refusal(exporter)
+    if refusal:
+        with torch.no_grad(), pytest.raises(Exception) as failed:
+            exported_logits(exporter, module, inputs, folder)
+        first_sentence = str(failed.value).split(".")[0]
+        assert first_sentence in refusal, f"{exporter} now fails with {first_sentence!r}: update the row's reason"
+        return
+    with torch.no_grad():
+        expected = module(*inputs)
+        got = exported_logits(exporter, module, inputs, folder)
+    assert_same_logits_where_real(got, expected, inputs)
+
+
+def assert_same_logits_where_real(got: torch.Tensor, expected: torch.Tensor, inputs: tuple[torch.Tensor, ...]) -> None:
+    """Compared at the real tokens (a decoder's logits follow the decoder inputs, all real)."""
+    real = inputs[1].bool() if len(inputs) == 2 else torch.ones(expected.shape[:2], dtype=torch.bool)
+    torch.testing.assert_close(got[real], expected[real], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("row", variants.VARIANTS, ids=ROW_IDS)
+def test_torch_export_carries_each_row_or_fails_as_it_says(row, tmp_path):
+    check_row_exports_or_fails_as_declared(row, variants.TORCH_EXPORT, tmp_path)
+
+
+#: Checked by ONNX in the default run: the refused rows, and those whose attention bias has parameters (torch 2.13's
+#: ONNX decomposition fails on a bias that requires grad; under torch.no_grad(), as exported here, it carries it).
+ONNX_CHECKED = [row for row in variants.VARIANTS
+                if row.export_refusal(variants.ONNX) or (row.attention_bias and row.parameters)]
+
+
+@pytest.mark.parametrize("row", ONNX_CHECKED, ids=lambda row: f"{row.option}={row.value}")
+def test_onnx_carries_each_row_or_fails_as_it_says(row, tmp_path):
+    check_row_exports_or_fails_as_declared(row, variants.ONNX, tmp_path)
+
+
+@pytest.mark.slow  # about 8 s a row on one core
+@pytest.mark.parametrize("row", [row for row in variants.VARIANTS if row not in ONNX_CHECKED],
+                         ids=lambda row: f"{row.option}={row.value}")
+def test_onnx_carries_every_other_row_or_fails_as_it_says(row, tmp_path):
+    check_row_exports_or_fails_as_declared(row, variants.ONNX, tmp_path)
+
+
+# ----------------------------------------------------------------------------------------------
+# to_hf: a row a target carries converts exactly; a row it does not is refused, naming the option
+
+
+#: A tiny native model of each to_hf target (tests/test_convert.py's cases); its hf_vanilla twin is the base config.
+NATIVE_CASE = {"llama": "llama-gqa-untied-linear-rope", "gpt2": "gpt2", "bert": "bert-mlm", "bart": "bart",
+               "marian": "marian", "t5": "t5-relu-tied"}
+
+
+def test_the_table_names_the_targets_convert_has():
+    from hf_vanilla.convert import ARCHITECTURES
+
+    assert variants.TO_HF_TARGETS == tuple(ARCHITECTURES) == tuple(NATIVE_CASE)
+
+
+def with_row(config: hv.VanillaConfig, row: variants.Variant) -> hv.VanillaConfig:
+    """``config`` switched to ``row``'s value, without the fields only its old value read (they would be refused)."""
+    fields = config.to_dict()
+    fields.pop("architectures", None)  # the head class follows the family, which the row may change
+    fields["decoder_start_token_id"] = fields.get("decoder_start_token_id") or fields["pad_token_id"] or 0
+    value = NON_DEFAULT_SETTINGS[row.option] if row.value == variants.NON_DEFAULT else row.value
+    if fields[row.option] != value:
+        for old in (r for r in rows_of(config) if r.option == row.option):
+            for name in old.active_fields:
+                fields.pop(name, None)
+    fields[row.option] = value
+    return hv.VanillaConfig.from_dict(fields)
+
+
+@functools.cache
+def native_form_config(target: str) -> hv.VanillaConfig:
+    from hf_vanilla.convert import from_hf
+    from tests.test_convert import build
+
+    return from_hf(build(NATIVE_CASE[target])[0]).config
+
+
+def check_target_converts_or_refuses(row: variants.Variant, target: str) -> None:
+    from hf_vanilla.convert import to_hf
+
+    config = with_row(native_form_config(target), row)
+    model = head_model(config)
+    carried = target in row.to_hf
+    try:
+        converted = to_hf(model, model_type=target)
+    except ValueError as refused:
+        value = getattr(config, row.option)
+        assert f"{row.option}={value!r}" in str(refused), str(refused)
+        assert not carried or row.to_hf_condition(target), f"{target} refused a row that says it converts exactly"
+        return
+    assert carried, f"to_hf gave a {target} for {row.option}={getattr(config, row.option)!r}, which the row refuses"
+    inputs = export_inputs(config)
+    with torch.no_grad():
+        assert_same_logits_where_real(Logits(converted).eval()(*inputs), Logits(model)(*inputs), inputs)
+
+
+@pytest.mark.parametrize("target", variants.TO_HF_TARGETS)
+@pytest.mark.parametrize("row", variants.VARIANTS, ids=ROW_IDS)
+def test_to_hf_converts_each_row_its_target_carries_and_refuses_the_others(row, target):
+    check_target_converts_or_refuses(row, target)
