@@ -632,9 +632,11 @@ def refuse_attention_dropping_bias(
 
     The rule: an attention function applies the bias if it takes a ``position_bias`` parameter, as hf_vanilla's
     eager attention and transformers' ``"sdpa"`` and ``"flex_attention"`` do. One that takes queries, keys and
-    values alone (FlashAttention, the ``paged|`` kernels, an engine's own such as vLLM's) is refused, as is a name
-    nothing is registered under yet. A function of one's own declares that it applies the bias by naming the
-    parameter. ``function`` is what ``implementation`` dispatches to, if the caller has it already.
+    values alone (FlashAttention, the ``paged|`` kernels, an engine's own such as vLLM's) is refused, as is a Hub
+    kernel (``"org/name"``), registered only once transformers loads it. A name transformers knows nowhere is left
+    to transformers, which refuses it in its own words when the model is built or switched (as for any model). A
+    function of one's own declares that it applies the bias by naming the parameter. ``function`` is what
+    ``implementation`` dispatches to, if the caller has it already.
     """
     scheme = config.position_embedding_type
     if not implementation or not scheme_row(config).attention_bias or function in ATTENTION_TAKING_BIAS:
@@ -642,8 +644,10 @@ def refuse_attention_dropping_bias(
     if function is None:
         try:
             function = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, None)
-        except KeyError:  # not registered (yet): nothing shows that it applies the bias
-            raise ValueError(bias_refusal(scheme, implementation)) from None
+        except KeyError:
+            if "/" not in implementation:  # no such function: transformers' own "is not supported" names the choices
+                return
+            raise ValueError(bias_refusal(scheme, implementation)) from None  # a Hub kernel, not loaded yet
         if function is None:  # "eager" with no function registered under it: hf_vanilla's own, which takes it
             return
     if "position_bias" not in inspect.signature(function).parameters:

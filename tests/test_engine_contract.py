@@ -318,10 +318,23 @@ def test_a_bias_scheme_refuses_a_qkv_only_attention_function_however_it_is_chose
         model(input_ids=torch.tensor([[3, 4, 5]]))
 
 
-@pytest.mark.parametrize("implementation", ["flash_attention_2", "paged|eager", "not_registered_anywhere"])
+@pytest.mark.parametrize("implementation", ["flash_attention_2", "paged|eager", "kernels-community/not-loaded-yet"])
 def test_a_bias_scheme_refuses_every_attention_function_without_a_position_bias_parameter(implementation):
     with assert_refused("alibi", implementation.replace("|", r"\|")):
         tiny_config("decoder", "alibi", attn_implementation=implementation)
+
+
+@pytest.mark.parametrize("scheme", BIAS_SCHEMES)
+def test_a_name_no_attention_function_has_gets_transformers_own_refusal(scheme):
+    """As for any model (transformers' common test_can_set_attention_dynamically): not a bias refusal, which would
+    claim a function is registered under the name; and the model keeps the backend it had."""
+    model = tiny_model("decoder", scheme)
+    model.set_attn_implementation("sdpa")
+    with pytest.raises(ValueError, match='Specified `attn_implementation="foo"` is not supported'):
+        model.set_attn_implementation("foo")
+    assert model.config._attn_implementation == "sdpa"
+    with pytest.raises(ValueError, match='Specified `attn_implementation="foo"` is not supported'):
+        AutoModelForCausalLM.from_config(tiny_config("decoder", scheme), attn_implementation="foo")
 
 
 def test_a_function_that_names_position_bias_declares_it_applies_the_bias(qkv_only):

@@ -1,0 +1,120 @@
+"""transformers' own common model tests held against hf_vanilla's three families, as a built-in model's tests are.
+
+scripts/transformers_common.sh puts this file beside test_modeling_common.py and test_configuration_common.py from
+the sdist of the installed transformers and runs pytest there; the default suite never collects it. Each family
+runs with one absolute, one rotary and one additive-bias positional scheme. The inputs are prepared as the
+built-in testers prepare theirs (BART's for the encoder-decoder: every row ends with its one EOS).
+"""
+
+import functools
+import importlib
+import unittest
+from unittest import mock
+
+import transformers
+from transformers.models.auto import modeling_auto
+
+import hf_vanilla as hv
+
+from .test_configuration_common import ConfigTester
+from .test_modeling_common import ModelTesterMixin, ids_tensor, random_attention_mask
+
+CONFIG_MODULE = importlib.import_module(hv.VanillaConfig.__module__)
+
+# The mixin finds the base model and builds each head's labels from transformers' name tables, which list built-in
+# models only: enter each class in the table behind the Auto class hf_vanilla registers it with.
+for class_name, auto_name in CONFIG_MODULE.AUTO_CLASSES.items():
+    getattr(transformers, auto_name)._model_mapping._model_mapping[hv.VanillaConfig.model_type] = class_name
+assert modeling_auto.MODEL_MAPPING_NAMES[hv.VanillaConfig.model_type] == "VanillaModel"
+
+#: Absolute embeddings added to the input, rotation of q and k, a learned bias added to the scores (T5).
+SCHEMES = ("sinusoidal", "rope", "relative")
+PAD, BOS, EOS = 0, 1, 2
+
+
+def classes_of(family: str) -> tuple[type, ...]:
+    """Every model class hf_vanilla offers for this family, as its saved configs' auto_map lists them."""
+    return tuple(getattr(hv, name) for name, families in CONFIG_MODULE.HEAD_FAMILIES.items() if family in families)
+
+
+class VanillaModelTester:
+    """Sizes as BART's and BERT's testers (13 rows of 7 tokens), inputs as theirs for each family."""
+
+    batch_size, seq_length, vocab_size, hidden_size = 13, 7, 99, 32
+    num_hidden_layers, num_attention_heads, is_training = 2, 4, True
+
+    def __init__(self, parent: unittest.TestCase, family: str, scheme: str):
+        self.parent, self.family, self.scheme = parent, family, scheme
+        self.encoder_seq_length = self.decoder_seq_length = self.seq_length
+
+    def config_kwargs(self) -> dict:
+        return dict(architecture=self.family, position_embedding_type=self.scheme, vocab_size=self.vocab_size,
+                    hidden_size=self.hidden_size, intermediate_size=37, num_hidden_layers=self.num_hidden_layers,
+                    num_attention_heads=self.num_attention_heads, max_position_embeddings=64, hidden_dropout=0.0,
+                    pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS)
+
+    def get_config(self) -> hv.VanillaConfig:
+        return hv.VanillaConfig(**self.config_kwargs())
+
+    def prepare_config_and_inputs_for_common(self) -> tuple[hv.VanillaConfig, dict]:
+        shape = [self.batch_size, self.seq_length]
+        input_ids = ids_tensor(shape, self.vocab_size).clamp(min=EOS + 1)
+        if self.family != "encoder-decoder":  # as BERT's and GPT-2's testers: a random mask
+            return self.get_config(), {"input_ids": input_ids, "attention_mask": random_attention_mask(shape)}
+        input_ids[:, -1] = EOS  # as BART's tester: each row ends with its one EOS, where the classifier reads
+        attention_mask = input_ids.ne(PAD)
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask,
+                  "decoder_input_ids": ids_tensor(shape, self.vocab_size), "decoder_attention_mask": attention_mask}
+        return self.get_config(), inputs
+
+
+class VanillaCommonTests(ModelTesterMixin):
+    family: str
+    scheme: str
+    # transformers' GenerationTesterMixin (tests/generation/) is not in the sdist: this tester inherits no generate()
+    # tests, so it lists no generative classes (tests/test_generation.py tests hf_vanilla's generate()).
+    all_generative_model_classes = ()
+
+    def setUp(self):
+        self.model_tester = VanillaModelTester(self, self.family, self.scheme)
+        self.config_tester = ConfigTester(self, config_class=hv.VanillaConfig, **self.model_tester.config_kwargs())
+
+    def test_config(self):
+        self.config_tester.run_common_tests()
+
+    def test_inputs_embeds(self):
+        if self.is_encoder_decoder:  # as BART's tester: the classifier finds its EOS in input_ids, so it needs them
+            self.all_model_classes = tuple(c for c in self.all_model_classes
+                                           if c is not hv.VanillaForSequenceClassification)
+        super().test_inputs_embeds()
+
+
+def flat_text_config(test):
+    """An encoder-decoder's config is flat, as BART's and T5's: transformers' get_text_config(decoder=True) gives a
+    copy for those, so a test writing RoPE settings into it would leave the model's config as it was. As built-in
+    testers whose configs do not fit (BLT's) override the RoPE tests, this one lets the settings reach the model."""
+
+    @functools.wraps(test)
+    def run(self):
+        with mock.patch.object(hv.VanillaConfig, "get_text_config", lambda config, *args, **kwargs: config):
+            test(self)
+
+    return run
+
+
+def rope_tests_on_the_flat_config() -> dict:
+    names = [name for name in dir(ModelTesterMixin) if name.startswith("test_model_rope_scaling_from_config_")]
+    return {name: flat_text_config(getattr(ModelTesterMixin, name)) for name in names}
+
+
+def family_test_case(family: str, scheme: str) -> type:
+    name = "".join(word.capitalize() for word in (*family.split("-"), scheme)) + "Test"
+    is_encoder_decoder = family == "encoder-decoder"
+    attributes = {"family": family, "scheme": scheme, "all_model_classes": classes_of(family),
+                  "is_encoder_decoder": is_encoder_decoder, "__module__": __name__,
+                  **(rope_tests_on_the_flat_config() if is_encoder_decoder else {})}
+    return type(name, (VanillaCommonTests, unittest.TestCase), attributes)
+
+
+CASES = [family_test_case(family, scheme) for family in CONFIG_MODULE.ARCHITECTURES for scheme in SCHEMES]
+globals().update({case.__name__: case for case in CASES})
