@@ -962,7 +962,38 @@ class VanillaModel(VanillaPreTrainedModel):
 
 
 # ----------------------------------------------------------------------------------------------
-# Language-model heads
+# Task heads: the bare model of any family as ``self.model``, and one output layer
+#
+# transformers' GenericForSequenceClassification, ...ForTokenClassification and ...ForQuestionAnswering do not fit:
+# they build the backbone with AutoModel.from_config (remote code then needs trust_remote_code, and no head may
+# build it), their forward leaves token_type_ids out of its signature (Trainer drops that column), the token loss
+# drops Trainer's num_items_in_batch, and the sequence score has no bias and pools only the last non-pad token.
+
+
+class VanillaHead(VanillaPreTrainedModel):
+    """What every task head holds: the bare model of the config's family, built for a head."""
+
+    def __init__(self, config: VanillaConfig):
+        super().__init__(config)
+        self.model = VanillaModel(config, under_head=True)
+
+    def _encode(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs):
+        """The bare model over whole sequences, without a KV cache (for the heads that generate nothing)."""
+        kwargs.pop("use_cache", None)  # pipelines may pass it; nothing is generated here
+        return self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            use_cache=False,
+            **kwargs,
+        )
+
+
+def stack_states(outputs: BaseModelOutput) -> dict:
+    """The states a one-stack head passes on from the bare model's output unchanged."""
+    return {"hidden_states": outputs.hidden_states, "attentions": outputs.attentions}
 
 
 class VanillaLMHeadMixin:
@@ -1017,12 +1048,11 @@ def seq2seq_states(outputs: Seq2SeqModelOutput) -> dict:
     return {name: getattr(outputs, name) for name in names}
 
 
-class VanillaForCausalLM(VanillaLMHeadMixin, VanillaPreTrainedModel, GenerationMixin):
+class VanillaForCausalLM(VanillaLMHeadMixin, VanillaHead, GenerationMixin):
     """Decoder-only language model (GPT-like): predicts token t+1 from tokens <= t."""
 
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
-        self.model = VanillaModel(config, under_head=True)
         self._build_lm_head(config)
         self.post_init()
 
@@ -1059,17 +1089,15 @@ class VanillaForCausalLM(VanillaLMHeadMixin, VanillaPreTrainedModel, GenerationM
             loss=loss,
             logits=logits,
             **cache_field(getattr(outputs, CACHE_NAME)),
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
+            **stack_states(outputs),
         )
 
 
-class VanillaForMaskedLM(VanillaLMHeadMixin, VanillaPreTrainedModel):
+class VanillaForMaskedLM(VanillaLMHeadMixin, VanillaHead):
     """Encoder with a masked-language-model head (BERT-like): predicts the tokens hidden behind [MASK]."""
 
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
-        self.model = VanillaModel(config, under_head=True)
         self._build_lm_head(config)
         self.post_init()
 
@@ -1084,20 +1112,13 @@ class VanillaForMaskedLM(VanillaLMHeadMixin, VanillaPreTrainedModel):
         labels: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput:
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            **kwargs,
-        )
+        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
         logits = self._logits(outputs.last_hidden_state)
         loss = self._lm_loss(logits, labels, **kwargs)
-        return MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        return MaskedLMOutput(loss=loss, logits=logits, **stack_states(outputs))
 
 
-class VanillaForSeq2SeqLM(VanillaLMHeadMixin, VanillaPreTrainedModel, GenerationMixin):
+class VanillaForSeq2SeqLM(VanillaLMHeadMixin, VanillaHead, GenerationMixin):
     """Encoder-decoder with a language-model head: the paper's translation model."""
 
     # Labels are already aligned with decoder inputs (shifted right), so the loss must not shift again.
@@ -1105,7 +1126,6 @@ class VanillaForSeq2SeqLM(VanillaLMHeadMixin, VanillaPreTrainedModel, Generation
 
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
-        self.model = VanillaModel(config, under_head=True)
         self._build_lm_head(config)
         self.post_init()
         self.loss_type = "ForMaskedLM"
@@ -1232,34 +1252,21 @@ class VanillaPooler(nn.Module):
         return hidden_states[rows, (attention_mask.bool() * positions).argmax(-1)]
 
 
-class VanillaUnderstandingHead(VanillaPreTrainedModel):
-    """Shared by the heads that read a whole sequence once: the backbone runs without a KV cache."""
-
-    def _encode(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs):
-        kwargs.pop("use_cache", None)  # pipelines may pass it; nothing is generated here
-        return self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            use_cache=False,
-            **kwargs,
-        )
+def classifier_layers(config: VanillaConfig) -> tuple[nn.Dropout, nn.Linear]:
+    """The dropout and the label scores of the classification heads (BERT's: classifier_dropout, else hidden_dropout)."""
+    dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout
+    return nn.Dropout(dropout), nn.Linear(config.hidden_size, config.num_labels)
 
 
-class VanillaForSequenceClassification(VanillaUnderstandingHead):
+class VanillaForSequenceClassification(VanillaHead):
     """A label (or a regression value) per sequence; an encoder-decoder reads it as BartForSequenceClassification
     does: the decoder takes input_ids shifted right and the label comes from its state at the last EOS."""
 
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.model = VanillaModel(config, under_head=True)
         self.pooler = VanillaPooler(config)
-        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout
-        self.dropout = nn.Dropout(dropout)
-        self.score = nn.Linear(config.hidden_size, config.num_labels)
+        self.dropout, self.score = classifier_layers(config)
         self.post_init()
 
     @can_return_tuple
@@ -1288,26 +1295,17 @@ class VanillaForSequenceClassification(VanillaUnderstandingHead):
         if labels is not None:
             loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config, **kwargs)
         if not self.config.is_encoder_decoder:
-            return SequenceClassifierOutput(
-                loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-            )
-        return Seq2SeqSequenceClassifierOutput(
-            loss=loss,
-            logits=logits,
-            **seq2seq_states(outputs),
-        )
+            return SequenceClassifierOutput(loss=loss, logits=logits, **stack_states(outputs))
+        return Seq2SeqSequenceClassifierOutput(loss=loss, logits=logits, **seq2seq_states(outputs))
 
 
-class VanillaForTokenClassification(VanillaUnderstandingHead):
+class VanillaForTokenClassification(VanillaHead):
     """A label per token (tagging, NER)."""
 
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.model = VanillaModel(config, under_head=True)
-        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout
-        self.dropout = nn.Dropout(dropout)
-        self.score = nn.Linear(config.hidden_size, config.num_labels)
+        self.dropout, self.score = classifier_layers(config)
         self.post_init()
 
     @can_return_tuple
@@ -1326,17 +1324,14 @@ class VanillaForTokenClassification(VanillaUnderstandingHead):
         loss = None
         if labels is not None:
             loss = self.loss_function(logits, labels, self.config, **kwargs)
-        return TokenClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
+        return TokenClassifierOutput(loss=loss, logits=logits, **stack_states(outputs))
 
 
-class VanillaForQuestionAnswering(VanillaUnderstandingHead):
+class VanillaForQuestionAnswering(VanillaHead):
     """Extractive QA: a start and an end score per token."""
 
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
-        self.model = VanillaModel(config, under_head=True)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
@@ -1359,11 +1354,7 @@ class VanillaForQuestionAnswering(VanillaUnderstandingHead):
         if start_positions is not None and end_positions is not None:
             loss = self.loss_function(start_logits, end_logits, start_positions, end_positions, **kwargs)
         return QuestionAnsweringModelOutput(
-            loss=loss,
-            start_logits=start_logits,
-            end_logits=end_logits,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
+            loss=loss, start_logits=start_logits, end_logits=end_logits, **stack_states(outputs)
         )
 
 

@@ -1,5 +1,7 @@
 """Sequence classification in every family; the encoder-decoder pools at the last EOS, as BART does."""
 
+import inspect
+
 import pytest
 import torch
 from transformers import AutoModelForSequenceClassification
@@ -95,3 +97,24 @@ def test_encoder_decoder_needs_input_ids_to_find_eos():
     model = classifier("encoder-decoder")
     with pytest.raises(ValueError, match="input_ids"):
         model(inputs_embeds=torch.randn(2, 5, 32))
+
+
+# Why the heads are not transformers' GenericFor* heads: two things those would change, pinned here.
+
+
+@pytest.mark.parametrize("head", [hv.VanillaForSequenceClassification, hv.VanillaForTokenClassification,
+                                  hv.VanillaForQuestionAnswering, hv.VanillaForMaskedLM])
+def test_every_head_that_reads_segments_names_token_type_ids(head):
+    """Trainer drops the dataset columns forward() does not name (remove_unused_columns): segment ids must stay."""
+    assert "token_type_ids" in inspect.signature(head.forward).parameters
+
+
+def test_the_token_loss_takes_trainers_item_count():
+    """Under gradient accumulation Trainer passes num_items_in_batch: the loss is summed over that many tokens."""
+    torch.manual_seed(0)
+    model = hv.VanillaForTokenClassification(tiny_config("encoder", "sinusoidal", num_labels=3)).eval()
+    ids = torch.randint(3, VOCAB, (2, 6))
+    labels = torch.randint(0, 3, (2, 6))
+    mean = model(input_ids=ids, labels=labels).loss
+    summed_over_twice_as_many = model(input_ids=ids, labels=labels, num_items_in_batch=torch.tensor(24)).loss
+    torch.testing.assert_close(summed_over_twice_as_many, mean / 2)
