@@ -9,45 +9,30 @@ here, with the field and the allowed values named, and never deep inside a forwa
 chosen scheme, norm or family would ignore is refused. Keys that are not options are kept and saved, as
 transformers' own configs do (tools add attributes), and named once in the log.
 
-This file travels to the Hub with the model: it imports only transformers and the standard library. It runs on
-transformers 5.16.1 (the oldest release vLLM supports) and later, and refuses an older release before importing
-anything that release may lack; modeling_vanilla.py and positional.py import it first for that reason.
+This file travels to the Hub with the model: it imports only transformers, the standard library and its siblings.
+It imports transformers_releases.py first, which refuses a release older than the model files support (and bridges
+the differences between the supported ones); modeling_vanilla.py and positional.py import this file first.
 """
 
+# First: transformers_releases refuses a transformers release older than these files support.
+from .transformers_releases import is_plan_given_back
+
+# isort: split
 import copy
 import dataclasses
 import importlib
 import inspect
-import itertools
 import math
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-import transformers
+from huggingface_hub.dataclasses import StrictDataclassFieldValidationError, strict
+from transformers import PreTrainedConfig
+from transformers.activations import ACT2FN
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils import logging
 
-#: The oldest transformers release the model files run on (and are tested on: scripts/test.sh).
-MINIMUM_TRANSFORMERS = "5.16.1"
-
-
-def release_numbers(version: str) -> tuple[int, ...]:
-    """(5, 16, 1) from "5.16.1", "5.16.1.dev0" or "5.16.1rc1": the leading numbers of a version."""
-    return tuple(int("".join(itertools.takewhile(str.isdigit, part)) or 0) for part in version.split(".")[:3])
-
-
-if release_numbers(transformers.__version__) < release_numbers(MINIMUM_TRANSFORMERS):
-    raise ImportError(
-        f"hf_vanilla's model files need transformers>={MINIMUM_TRANSFORMERS} (found {transformers.__version__}); "
-        f"pip install -U 'transformers>={MINIMUM_TRANSFORMERS}'"
-    )
-
-# Imported after the check: an older release may lack them, and would fail here with a less useful message.
-from huggingface_hub.dataclasses import StrictDataclassFieldValidationError, strict  # noqa: E402
-from transformers import PreTrainedConfig  # noqa: E402
-from transformers.activations import ACT2FN  # noqa: E402
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS  # noqa: E402
-from transformers.utils import logging  # noqa: E402
-
-from .variants import (  # noqa: E402
+from .variants import (
     NON_DEFAULT,
     TP_SPLIT,
     VARIANTS,
@@ -424,8 +409,7 @@ class VanillaConfig(PreTrainedConfig):
 
     @base_model_tp_plan.setter
     def base_model_tp_plan(self, plan: Any) -> None:
-        # transformers before 5.24 re-assigns the plan with its own rule for a tied embedding added: not a user's plan
-        if isinstance(plan, dict) and {k: v for k, v in plan.items() if k != "embed_tokens"} == tensor_parallel_plan(self):
+        if is_plan_given_back(plan, tensor_parallel_plan(self)):
             return
         refuse_plan_assignment("base_model_tp_plan")
 

@@ -6,7 +6,7 @@ the task heads. Positional schemes live in ``positional.py`` behind one interfac
 ``configuration_vanilla.py``.
 
 This file travels to the Hub with the model: it imports only torch, transformers and its siblings, and runs on
-every transformers release from 5.16.1 (see "The transformers releases these files run on" below).
+every transformers release from 5.16.1 (the differences between them are bridged in transformers_releases.py).
 """
 
 # First: the configuration module refuses a transformers release older than these files support.
@@ -21,7 +21,6 @@ from .configuration_vanilla import (
 )
 
 # isort: split
-import functools
 import math
 import sys
 from collections.abc import Callable
@@ -50,7 +49,6 @@ from transformers.modeling_outputs import (
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple
-from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -61,17 +59,7 @@ from .positional import (
     build_positional_scheme,
     rotate_folded,
 )
-
-# ----------------------------------------------------------------------------------------------
-# The transformers releases these files run on: 5.16.1 to 5.24
-#
-# transformers 5.24 renamed the KV cache `past_key_values` -> `cache` in model outputs, in the arguments generate()
-# passes, and in the mask functions. This file's code says `cache`; the names below translate it where an older
-# release expects `past_key_values`.
-
-#: The name model outputs give the cache, and that generate() reads it back by (and passes it to forward with).
-CACHE_NAME = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
-
+from .transformers_releases import CACHE_NAME, accepts_past_key_values, cache_field
 
 #: The projections LoRA adapts when ``LoraConfig()`` names none (as PEFT's defaults for Llama).
 LORA_TARGET_MODULES = ("q_proj", "v_proj")
@@ -85,31 +73,6 @@ def tell_peft_lora_targets() -> None:
     if constants is not None:
         constants.TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.setdefault(VanillaConfig.model_type,
                                                                                 list(LORA_TARGET_MODULES))
-
-
-def cache_field(cache: Cache | None) -> dict[str, Cache | None]:
-    """The cache as a keyword argument under this release's name: ``Output(..., **cache_field(cache))``."""
-    return {CACHE_NAME: cache}
-
-
-if CACHE_NAME == "cache":
-    #: forward() takes the cache as `cache`; the old name still works, with transformers' deprecation warning.
-    accepts_past_key_values = deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
-else:
-
-    def accepts_past_key_values(forward: Callable) -> Callable:
-        """forward() takes the cache as `cache`; this release's generate() passes it as `past_key_values`, its
-        current name here, so it is renamed without a deprecation warning."""
-
-        @functools.wraps(forward)
-        def renamed(*args, **kwargs):
-            if "past_key_values" in kwargs:
-                if kwargs.get("cache") is not None:
-                    raise ValueError("Pass the KV cache once, as `cache` or as `past_key_values`, not both.")
-                kwargs["cache"] = kwargs.pop("past_key_values")
-            return forward(*args, **kwargs)
-
-        return renamed
 
 
 # ----------------------------------------------------------------------------------------------
