@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 #: Public name -> the submodule that defines it.
 _PUBLIC = {
-    "PRESETS": "configuration_vanilla",
+    "PRESETS": "presets",
     "VanillaConfig": "configuration_vanilla",
     **{name: "modeling_vanilla" for name in (
         "VanillaPreTrainedModel", "VanillaModel", "VanillaForCausalLM", "VanillaForMaskedLM", "VanillaForSeq2SeqLM",

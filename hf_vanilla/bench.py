@@ -116,8 +116,8 @@ def _ours(head: type, attn: str, **fields: Any) -> PreTrainedModel:
 def llama_pair(sizes: Sizes, attn: str) -> Pair:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from .configuration_vanilla import PRESETS
     from .modeling_vanilla import VanillaForCausalLM
+    from .presets import PRESETS
 
     rope = {"rope_type": "default", "rope_theta": 10000.0}
     shape = dict(vocab_size=sizes.vocab, hidden_size=sizes.hidden, intermediate_size=sizes.gated_ffn,
@@ -132,8 +132,8 @@ def llama_pair(sizes: Sizes, attn: str) -> Pair:
 def gpt2_pair(sizes: Sizes, attn: str) -> Pair:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from .configuration_vanilla import PRESETS
     from .modeling_vanilla import VanillaForCausalLM
+    from .presets import PRESETS
 
     ours = _ours(VanillaForCausalLM, attn, **{**PRESETS["gpt2"], **dict(
         vocab_size=sizes.vocab, hidden_size=sizes.hidden, intermediate_size=sizes.ffn, num_hidden_layers=sizes.layers,
@@ -149,8 +149,8 @@ def gpt2_pair(sizes: Sizes, attn: str) -> Pair:
 def bert_pair(sizes: Sizes, attn: str) -> Pair:
     from transformers import BertConfig, BertForMaskedLM
 
-    from .configuration_vanilla import PRESETS
     from .modeling_vanilla import VanillaForMaskedLM
+    from .presets import PRESETS
 
     ours = _ours(VanillaForMaskedLM, attn, **{**PRESETS["bert-base"], **dict(
         vocab_size=sizes.vocab, hidden_size=sizes.hidden, intermediate_size=sizes.ffn, num_hidden_layers=sizes.layers,
@@ -165,8 +165,8 @@ def bert_pair(sizes: Sizes, attn: str) -> Pair:
 def bart_pair(sizes: Sizes, attn: str) -> Pair:
     from transformers import BartConfig, BartForConditionalGeneration
 
-    from .configuration_vanilla import PRESETS
     from .modeling_vanilla import VanillaForSeq2SeqLM
+    from .presets import PRESETS
 
     depth = max(1, sizes.layers // 2)
     ours = _ours(VanillaForSeq2SeqLM, attn, **{**PRESETS["bart-base"], **dict(

@@ -9,44 +9,30 @@ here, with the field and the allowed values named, and never deep inside a forwa
 chosen scheme, norm or family would ignore is refused. Keys that are not options are kept and saved, as
 transformers' own configs do (tools add attributes), and named once in the log.
 
-This file travels to the Hub with the model: it imports only transformers and the standard library. It runs on
-transformers 5.16.1 (the oldest release vLLM supports) and later, and refuses an older release before importing
-anything that release may lack; modeling_vanilla.py and positional.py import it first for that reason.
+This file travels to the Hub with the model: it imports only transformers, the standard library and its siblings.
+It imports transformers_releases.py first, which refuses a release older than the model files support (and bridges
+the differences between the supported ones); modeling_vanilla.py and positional.py import this file first.
 """
 
+# First: transformers_releases refuses a transformers release older than these files support.
+from .transformers_releases import is_plan_given_back
+
+# isort: split
 import copy
 import dataclasses
+import importlib
 import inspect
-import itertools
 import math
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-import transformers
+from huggingface_hub.dataclasses import StrictDataclassFieldValidationError, strict
+from transformers import PreTrainedConfig
+from transformers.activations import ACT2FN
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils import logging
 
-#: The oldest transformers release the model files run on (and are tested on: scripts/test.sh).
-MINIMUM_TRANSFORMERS = "5.16.1"
-
-
-def release_numbers(version: str) -> tuple[int, ...]:
-    """(5, 16, 1) from "5.16.1", "5.16.1.dev0" or "5.16.1rc1": the leading numbers of a version."""
-    return tuple(int("".join(itertools.takewhile(str.isdigit, part)) or 0) for part in version.split(".")[:3])
-
-
-if release_numbers(transformers.__version__) < release_numbers(MINIMUM_TRANSFORMERS):
-    raise ImportError(
-        f"hf_vanilla's model files need transformers>={MINIMUM_TRANSFORMERS} (found {transformers.__version__}); "
-        f"pip install -U 'transformers>={MINIMUM_TRANSFORMERS}'"
-    )
-
-# Imported after the check: an older release may lack them, and would fail here with a less useful message.
-from huggingface_hub.dataclasses import StrictDataclassFieldValidationError, strict  # noqa: E402
-from transformers import PreTrainedConfig  # noqa: E402
-from transformers.activations import ACT2FN  # noqa: E402
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS  # noqa: E402
-from transformers.utils import logging  # noqa: E402
-
-from .variants import (  # noqa: E402
+from .variants import (
     NON_DEFAULT,
     TP_SPLIT,
     VARIANTS,
@@ -317,6 +303,11 @@ class VanillaConfig(PreTrainedConfig):
         # Checked here as well as by `@strict` so the error is a plain ValueError naming the field.
         self.check_fields()
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == ATTENTION_IMPLEMENTATION_ATTRIBUTE and is_known_scheme(self):
+            refuse_attention_dropping_bias(self, value)  # the one decision: the forward never asks again
+        super().__setattr__(name, value)
+
     def validate_architecture(self):
         """Run by `@strict` after __post_init__ and again before every save."""
         self.check_fields()
@@ -418,8 +409,7 @@ class VanillaConfig(PreTrainedConfig):
 
     @base_model_tp_plan.setter
     def base_model_tp_plan(self, plan: Any) -> None:
-        # transformers before 5.24 re-assigns the plan with its own rule for a tied embedding added: not a user's plan
-        if isinstance(plan, dict) and {k: v for k, v in plan.items() if k != "embed_tokens"} == tensor_parallel_plan(self):
+        if is_plan_given_back(plan, tensor_parallel_plan(self)):
             return
         refuse_plan_assignment("base_model_tp_plan")
 
@@ -444,12 +434,17 @@ class VanillaConfig(PreTrainedConfig):
     def from_preset(cls, name: str, **overrides: Any) -> "VanillaConfig":
         """A config shaped like a well-known model; ``overrides`` change any field.
 
-        Presets: see :data:`PRESETS` (``transformer-base``, ``transformer-big``, ``bert-base``,
-        ``gpt2``, ``llama``, ``t5-base``, ``bart-base`` and ``tiny-*`` versions for tests).
+        Presets: see ``hf_vanilla.PRESETS`` (``transformer-base``, ``transformer-big``, ``bert-base``,
+        ``gpt2``, ``llama``, ``t5-base``, ``bart-base`` and ``tiny-*`` versions for tests). They live in the
+        hf_vanilla package, not in the files that travel with a model.
         """
-        if name not in PRESETS:
-            raise ValueError(f"Unknown preset {name!r}; available: {', '.join(sorted(PRESETS))}.")
-        return cls(**preset_fields(name, overrides))
+        try:  # by name, not a relative import: the presets are not among the files that travel with a model
+            presets = importlib.import_module("hf_vanilla.presets")
+        except ModuleNotFoundError as error:
+            if error.name not in ("hf_vanilla", "hf_vanilla.presets"):
+                raise
+            raise ImportError("VanillaConfig.from_preset: presets need the hf_vanilla package (pip install hf_vanilla)") from None
+        return cls(**presets.preset_fields(name, overrides))
 
 
 #: Largest initialisation spread accepted: weights drawn wider overflow float32 products within a layer or two.
@@ -573,8 +568,9 @@ def check_rope_settings(config: "VanillaConfig") -> None:
     check_inactive_options(config, names=("rope_parameters",))
 
 
-#: Attention functions found to take ``position_bias``; a bias scheme's forward asks this set on every call.
-ATTENTION_TAKING_BIAS: set[Callable] = set()
+#: Where PreTrainedConfig stores the attention implementation: its ``_attn_implementation`` property, the config's
+#: ``attn_implementation`` argument and PreTrainedModel (init, ``set_attn_implementation``) all write this attribute.
+ATTENTION_IMPLEMENTATION_ATTRIBUTE = "_attn_implementation_internal"
 
 
 def rows_of(config: "VanillaConfig") -> tuple[Variant, ...]:
@@ -625,9 +621,12 @@ def scheme_row(config: "VanillaConfig") -> Variant:
     return row("position_embedding_type", config.position_embedding_type)
 
 
-def refuse_attention_dropping_bias(
-    config: "VanillaConfig", implementation: str | None, function: Callable | None = None
-) -> None:
+def is_known_scheme(config: "VanillaConfig") -> bool:
+    """Whether the config's positional scheme is a row of the table yet (an unknown one is refused by name later)."""
+    return getattr(config, "position_embedding_type", None) in values("position_embedding_type")
+
+
+def refuse_attention_dropping_bias(config: "VanillaConfig", implementation: str | None) -> None:
     """Refuse an attention function that would silently drop a bias scheme's additive bias.
 
     The rule: an attention function applies the bias if it takes a ``position_bias`` parameter, as hf_vanilla's
@@ -635,24 +634,21 @@ def refuse_attention_dropping_bias(
     values alone (FlashAttention, the ``paged|`` kernels, an engine's own such as vLLM's) is refused, as is a Hub
     kernel (``"org/name"``), registered only once transformers loads it. A name transformers knows nowhere is left
     to transformers, which refuses it in its own words when the model is built or switched (as for any model). A
-    function of one's own declares that it applies the bias by naming the parameter. ``function`` is what
-    ``implementation`` dispatches to, if the caller has it already.
+    function of one's own declares that it applies the bias by naming the parameter. Decided when the
+    implementation is set on the config (and when a model is built from it), so the attention forward dispatches
+    without asking.
     """
     scheme = config.position_embedding_type
-    if not implementation or not scheme_row(config).attention_bias or function in ATTENTION_TAKING_BIAS:
+    if not implementation or not scheme_row(config).attention_bias:
         return
-    if function is None:
-        try:
-            function = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, None)
-        except KeyError:
-            if "/" not in implementation:  # no such function: transformers' own "is not supported" names the choices
-                return
-            raise ValueError(bias_refusal(scheme, implementation)) from None  # a Hub kernel, not loaded yet
-        if function is None:  # "eager" with no function registered under it: hf_vanilla's own, which takes it
+    try:
+        function = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, None)
+    except KeyError:
+        if "/" not in implementation:  # no such function: transformers' own "is not supported" names the choices
             return
-    if "position_bias" not in inspect.signature(function).parameters:
+        raise ValueError(bias_refusal(scheme, implementation)) from None  # a Hub kernel, not loaded yet
+    if function is not None and "position_bias" not in inspect.signature(function).parameters:
         raise ValueError(bias_refusal(scheme, implementation))
-    ATTENTION_TAKING_BIAS.add(function)
 
 
 def bias_refusal(scheme: str, impl: str) -> str:
@@ -740,75 +736,3 @@ def refuse_plan_assignment(name: str) -> None:
         f"VanillaConfig.{name} is derived from the fields (architecture, heads, FFN, positions) and cannot be set. "
         "For another tensor-parallel plan pass from_pretrained(..., distributed_config=DistributedConfig(tp_plan={...}))."
     )
-
-
-_PAPER = dict(
-    architecture="encoder-decoder", hidden_act="relu", norm_position="post", position_embedding_type="sinusoidal",
-    scale_embedding=True, tie_word_embeddings=True, hidden_dropout=0.1,
-)
-_BERT = dict(
-    architecture="encoder", position_embedding_type="learned", norm_position="post", hidden_act="gelu",
-    embedding_norm=True, norm_eps=1e-12, scale_embedding=False, type_vocab_size=2, lm_head_transform=True,
-    lm_head_bias=True, pooler=True, classifier_pooling="first",
-)
-_GPT2 = dict(
-    architecture="decoder", position_embedding_type="learned", norm_position="pre", hidden_act="gelu_new",
-    scale_embedding=False, hidden_dropout=0.1, attention_dropout=0.1,
-)
-_LLAMA = dict(
-    architecture="decoder", position_embedding_type="rope", norm_position="pre", norm_type="rmsnorm",
-    hidden_act="silu", gated_ffn=True, attention_bias=False, mlp_bias=False, scale_embedding=False,
-    tie_word_embeddings=False, hidden_dropout=0.0, norm_eps=1e-6,
-)
-_T5 = dict(
-    architecture="encoder-decoder", position_embedding_type="relative", norm_position="pre", norm_type="rmsnorm",
-    norm_eps=1e-6, attention_bias=False, mlp_bias=False, scale_embedding=False, attention_scale=1.0,
-    hidden_act="relu", pad_token_id=0, eos_token_id=1, bos_token_id=None, decoder_start_token_id=0,
-    initializer_factor=1.0,
-)
-_BART = dict(
-    architecture="encoder-decoder", position_embedding_type="learned", position_offset=2, norm_position="post",
-    hidden_act="gelu", embedding_norm=True, scale_embedding=False, lm_head_bias=True,
-    pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
-)
-_TINY = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-             max_position_embeddings=64)
-
-#: Named shapes for :meth:`VanillaConfig.from_preset`.
-PRESETS: dict[str, dict[str, Any]] = {
-    "transformer-base": dict(_PAPER, vocab_size=37000, hidden_size=512, intermediate_size=2048, num_hidden_layers=6,
-                             num_attention_heads=8),
-    "transformer-big": dict(_PAPER, vocab_size=37000, hidden_size=1024, intermediate_size=4096, num_hidden_layers=6,
-                            num_attention_heads=16, hidden_dropout=0.3),
-    "bert-base": dict(_BERT, vocab_size=30522, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
-                      num_attention_heads=12, max_position_embeddings=512),
-    "gpt2": dict(_GPT2, vocab_size=50257, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
-                 num_attention_heads=12, max_position_embeddings=1024, bos_token_id=50256, eos_token_id=50256,
-                 pad_token_id=None),
-    "llama": dict(_LLAMA, vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-                  num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096),
-    # T5 v1.0 as published: lm_head_scale = d_model**-0.5 comes from PRESET_DERIVED (to_hf refuses any other scale).
-    "t5-base": dict(_T5, vocab_size=32128, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
-                    num_attention_heads=12, max_position_embeddings=512),
-    "bart-base": dict(_BART, vocab_size=50265, hidden_size=768, intermediate_size=3072, num_hidden_layers=6,
-                      num_attention_heads=12, max_position_embeddings=1024),
-    "tiny-transformer": dict(_PAPER, **_TINY),
-    "tiny-bert": dict(_BERT, **_TINY),
-    "tiny-gpt2": dict(_GPT2, **_TINY),
-    "tiny-llama": dict(_LLAMA, **{**_TINY, "num_key_value_heads": 2}),
-    "tiny-t5": dict(_T5, **_TINY),
-}
-
-def preset_fields(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
-    """A preset's fields with ``overrides`` applied; fields derived from others (PRESET_DERIVED) follow them."""
-    fields = {**copy.deepcopy(PRESETS[name]), **overrides}
-    for field, derive in PRESET_DERIVED.get(name, {}).items():
-        if field not in overrides:
-            fields[field] = derive(fields)
-    return fields
-
-
-#: Preset fields computed from the others (after overrides): T5 v1.0's tied head reads the states times d_model**-0.5.
-PRESET_DERIVED: dict[str, dict[str, Callable[[dict[str, Any]], Any]]] = {
-    name: {"lm_head_scale": lambda fields: fields["hidden_size"] ** -0.5} for name in ("t5-base", "tiny-t5")
-}

@@ -6,12 +6,11 @@ the task heads. Positional schemes live in ``positional.py`` behind one interfac
 ``configuration_vanilla.py``.
 
 This file travels to the Hub with the model: it imports only torch, transformers and its siblings, and runs on
-every transformers release from 5.16.1 (see "The transformers releases these files run on" below).
+every transformers release from 5.16.1 (the differences between them are bridged in transformers_releases.py).
 """
 
 # First: the configuration module refuses a transformers release older than these files support.
 from .configuration_vanilla import (
-    ATTENTION_TAKING_BIAS,
     HEAD_FAMILIES,
     VanillaConfig,
     auto_map_for,
@@ -22,7 +21,6 @@ from .configuration_vanilla import (
 )
 
 # isort: split
-import functools
 import math
 import sys
 from collections.abc import Callable
@@ -51,29 +49,17 @@ from transformers.modeling_outputs import (
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple
-from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .positional import (
     NO_POSITIONAL_INPUTS,
+    InitialisesItself,
     PositionalAttentionInputs,
-    PositionalScheme,
-    RelativePositionBias,
     build_positional_scheme,
     rotate_folded,
 )
-
-# ----------------------------------------------------------------------------------------------
-# The transformers releases these files run on: 5.16.1 to 5.24
-#
-# transformers 5.24 renamed the KV cache `past_key_values` -> `cache` in model outputs, in the arguments generate()
-# passes, and in the mask functions. This file's code says `cache`; the names below translate it where an older
-# release expects `past_key_values`.
-
-#: The name model outputs give the cache, and that generate() reads it back by (and passes it to forward with).
-CACHE_NAME = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
-
+from .transformers_releases import CACHE_NAME, accepts_past_key_values, cache_field
 
 #: The projections LoRA adapts when ``LoraConfig()`` names none (as PEFT's defaults for Llama).
 LORA_TARGET_MODULES = ("q_proj", "v_proj")
@@ -89,36 +75,19 @@ def tell_peft_lora_targets() -> None:
                                                                                 list(LORA_TARGET_MODULES))
 
 
-def cache_field(cache: Cache | None) -> dict[str, Cache | None]:
-    """The cache as a keyword argument under this release's name: ``Output(..., **cache_field(cache))``."""
-    return {CACHE_NAME: cache}
-
-
-if CACHE_NAME == "cache":
-    #: forward() takes the cache as `cache`; the old name still works, with transformers' deprecation warning.
-    accepts_past_key_values = deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
-else:
-
-    def accepts_past_key_values(forward: Callable) -> Callable:
-        """forward() takes the cache as `cache`; this release's generate() passes it as `past_key_values`, its
-        current name here, so it is renamed without a deprecation warning."""
-
-        @functools.wraps(forward)
-        def renamed(*args, **kwargs):
-            if "past_key_values" in kwargs:
-                if kwargs.get("cache") is not None:
-                    raise ValueError("Pass the KV cache once, as `cache` or as `past_key_values`, not both.")
-                kwargs["cache"] = kwargs.pop("past_key_values")
-            return forward(*args, **kwargs)
-
-        return renamed
-
-
 # ----------------------------------------------------------------------------------------------
 # Norms and the position-wise feed-forward network
 
 
-class VanillaRMSNorm(nn.Module):
+class OwnNormInit(InitialisesItself):
+    """A norm's weight: 1 (transformers' generic init), or T5's ``initializer_factor``."""
+
+    def init_own_weights(self, config: VanillaConfig) -> None:
+        if config.initializer_factor is not None:
+            init.constant_(self.weight, config.initializer_factor)
+
+
+class VanillaRMSNorm(OwnNormInit, nn.Module):
     """Root-mean-square norm (Zhang & Sennrich): no centring, no bias.
 
     Written as LlamaRMSNorm is, and rounding where it (and T5's) does: normalised in float32, cast back to the
@@ -139,7 +108,7 @@ class VanillaRMSNorm(nn.Module):
         return self.weight * hidden_states.to(input_dtype)
 
 
-class VanillaLayerNorm(nn.LayerNorm):
+class VanillaLayerNorm(OwnNormInit, nn.LayerNorm):
     """LayerNorm with an optional bias (T5-like stacks drop it)."""
 
     def __init__(self, hidden_size: int, eps: float, bias: bool):
@@ -180,7 +149,7 @@ def build_activation(name: str) -> nn.Module:
     return FusedTanhGELU(name) if name in ("gelu_new", "gelu_fast") else ACT2FN[name]
 
 
-class VanillaFeedForward(nn.Module):
+class VanillaFeedForward(InitialisesItself, nn.Module):
     """FFN(x) = act(x W_up) W_down: the paper's position-wise network."""
 
     gated = False
@@ -193,6 +162,15 @@ class VanillaFeedForward(nn.Module):
         self.down_proj = nn.Linear(width, hidden, bias=config.mlp_bias)
         self.act_fn = build_activation(config.hidden_act)
         self.dropout = nn.Dropout(config.activation_dropout)
+
+    def init_own_weights(self, config: VanillaConfig) -> None:
+        if config.initializer_factor is None:
+            return
+        factor = config.initializer_factor  # T5's: each projection N(0, factor / sqrt(fan_in))
+        for projection in (self.gate_proj, self.up_proj):
+            if projection is not None:
+                init.normal_(projection.weight, std=factor * config.hidden_size**-0.5)
+        init.normal_(self.down_proj.weight, std=factor * config.intermediate_size**-0.5)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.down_proj(active_dropout(self.dropout, self.act_fn(self.up_proj(hidden_states))))
@@ -271,7 +249,7 @@ def eager_attention_forward(
     return output, weights
 
 
-class VanillaAttention(nn.Module):
+class VanillaAttention(InitialisesItself, nn.Module):
     """Multi-head (optionally grouped-query) self-attention, dispatched through transformers' attention interface.
 
     The forward is written as Llama's is, in one piece and undecorated: engines (vLLM) trace it and read its source
@@ -296,6 +274,16 @@ class VanillaAttention(nn.Module):
         self.v_proj = nn.Linear(config.hidden_size, self.num_key_value_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
 
+    def init_own_weights(self, config: VanillaConfig) -> None:
+        if config.initializer_factor is None:
+            return
+        factor, d_model = config.initializer_factor, config.hidden_size  # T5's: N(0, factor / sqrt(fan_in))
+        # The query also carries the 1/sqrt(head_dim) T5's unscaled attention leaves out.
+        init.normal_(self.q_proj.weight, std=factor * (d_model * self.head_dim) ** -0.5)
+        init.normal_(self.k_proj.weight, std=factor * d_model**-0.5)
+        init.normal_(self.v_proj.weight, std=factor * d_model**-0.5)
+        init.normal_(self.o_proj.weight, std=factor * (self.num_heads * self.head_dim) ** -0.5)
+
     def _split_heads(self, states: torch.Tensor) -> torch.Tensor:
         return states.view(*states.shape[:-1], -1, self.head_dim).transpose(1, 2)
 
@@ -316,12 +304,10 @@ class VanillaAttention(nn.Module):
             layer_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
             key, value = layer_cache.update(key, value, self.layer_idx, kwargs=kwargs)
 
-        implementation = self.config._attn_implementation
-        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
-        if positional.bias is not None:
-            # Also here, at the cost of a set lookup: an engine may set config._attn_implementation after init.
-            if attention_interface not in ATTENTION_TAKING_BIAS:
-                refuse_attention_dropping_bias(self.config, implementation, attention_interface)
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        if positional.bias is not None:  # the config refused any function that would drop it when it was set
             kwargs["position_bias"] = positional.bias
         output, weights = attention_interface(
             self,
@@ -459,13 +445,21 @@ class VanillaBlock(GradientCheckpointingLayer):
 # Shared model plumbing
 
 
-class VanillaTokenEmbedding(nn.Embedding):
+class VanillaTokenEmbedding(InitialisesItself, nn.Embedding):
     """Token embeddings, multiplied by sqrt(d_model) when ``scale_embedding`` (paper, section 3.4)."""
 
     def __init__(self, config: VanillaConfig):
         super().__init__(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
         # Named as transformers' scaled embeddings name it: engines that replace the embedding (vLLM) keep the factor.
         self.embed_scale = math.sqrt(config.hidden_size) if config.scale_embedding else None
+
+    def init_own_weights(self, config: VanillaConfig) -> None:
+        if config.initializer_factor is not None:  # T5's: N(0, factor)
+            init_embedding(self, std=config.initializer_factor)
+        elif self.embed_scale is not None:
+            # The paper's reference code (tensor2tensor, fairseq): N(0, d^-1/2), so the sqrt(d)-scaled embeddings
+            # have unit variance, as the sinusoids added to them do (std 0.02 leaves tokens swamped by positions).
+            init_embedding(self, std=self.embedding_dim**-0.5)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         if input_ids.device.type == "cpu" and not torch.compiler.is_compiling() and input_ids.numel():
@@ -496,7 +490,7 @@ def check_input_shape(input_ids: torch.Tensor | None, inputs_embeds: torch.Tenso
         )
 
 
-class VanillaPreTrainedModel(PreTrainedModel):
+class VanillaPreTrainedModel(InitialisesItself, PreTrainedModel):
     config: VanillaConfig
     config_class = VanillaConfig
     base_model_prefix = "model"
@@ -542,59 +536,19 @@ class VanillaPreTrainedModel(PreTrainedModel):
             # transformers skips _init_weights for custom-code modules without parameters of their own (attention,
             # FFN), where T5 sets each projection's spread; loaded tensors are flagged and stay as loaded.
             for module in self.modules():
-                init_like_t5(module, self.config)
+                if isinstance(module, InitialisesItself):
+                    module.init_own_weights(self.config)
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)  # linears and embeddings N(0, initializer_range), norms at 1, biases at 0
-        if isinstance(module, PositionalScheme):  # each scheme knows its own parameters and tables
+        if isinstance(module, InitialisesItself):  # each module draws what it needs beyond that
             module.init_own_weights(self.config)
-        if self.config.initializer_factor is not None:  # also here: resize_token_embeddings inits new modules only so
-            init_like_t5(module, self.config)
-        elif isinstance(module, VanillaTokenEmbedding) and module.embed_scale is not None:
-            # The paper's reference code (tensor2tensor, fairseq): N(0, d^-1/2), so the sqrt(d)-scaled embeddings
-            # have unit variance, as the sinusoids added to them do (std 0.02 leaves tokens swamped by positions).
-            init_embedding(module, std=module.embedding_dim**-0.5)
-        if isinstance(module, VanillaLMHeadMixin) and module.lm_head.bias is not None:
-            init.zeros_(module.lm_head.bias)
 
 
 def init_embedding(embedding: nn.Embedding, std: float) -> None:
     init.normal_(embedding.weight, std=std)
     if embedding.padding_idx is not None and not getattr(embedding.weight, "_is_hf_initialized", False):
         init.zeros_(embedding.weight[embedding.padding_idx])  # as nn.Embedding: the padding row starts (and stays) 0
-
-
-def init_like_t5(module: nn.Module, config: VanillaConfig) -> None:
-    """T5's initialisation (transformers' ``T5PreTrainedModel._init_weights``, after Mesh TensorFlow) times
-    ``config.initializer_factor``: fan-in scaled projections, unit-scale embeddings. Modules T5 lacks (learned
-    positions, token types, BERT's head transform) keep the normal initialisation."""
-    factor, d_model = config.initializer_factor, config.hidden_size
-    if isinstance(module, VanillaRMSNorm | VanillaLayerNorm):
-        init.constant_(module.weight, factor)
-    elif isinstance(module, VanillaTokenEmbedding):
-        init_embedding(module, std=factor)
-    elif isinstance(module, VanillaAttention):
-        # The query also carries the 1/sqrt(head_dim) T5's unscaled attention leaves out.
-        init.normal_(module.q_proj.weight, std=factor * (d_model * module.head_dim) ** -0.5)
-        init.normal_(module.k_proj.weight, std=factor * d_model**-0.5)
-        init.normal_(module.v_proj.weight, std=factor * d_model**-0.5)
-        init.normal_(module.o_proj.weight, std=factor * (module.num_heads * module.head_dim) ** -0.5)
-    elif isinstance(module, VanillaFeedForward):
-        for projection in (module.gate_proj, module.up_proj):
-            if projection is not None:
-                init.normal_(projection.weight, std=factor * d_model**-0.5)
-        init.normal_(module.down_proj.weight, std=factor * config.intermediate_size**-0.5)
-    elif isinstance(module, RelativePositionBias):
-        init.normal_(module.relative_attention_bias.weight, std=factor * d_model**-0.5)
-    elif isinstance(module, VanillaLMHeadMixin) and not config.tie_word_embeddings:
-        init.normal_(module.lm_head.weight, std=factor)
-    elif isinstance(module, VanillaPooler) and module.dense is not None:
-        init.normal_(module.dense.weight, std=factor * d_model**-0.5)  # T5ClassificationHead.dense
-    elif isinstance(module, VanillaForSequenceClassification | VanillaForQuestionAnswering):
-        output = module.score if isinstance(module, VanillaForSequenceClassification) else module.qa_outputs
-        init.normal_(output.weight, std=factor * d_model**-0.5)
-    elif isinstance(module, VanillaForTokenClassification):
-        init.normal_(module.score.weight, std=factor)
 
 
 def refuse_flex_generation_on_cpu(config: VanillaConfig, device: torch.device, model_kwargs: dict) -> None:
@@ -996,7 +950,7 @@ def stack_states(outputs: BaseModelOutput) -> dict:
     return {"hidden_states": outputs.hidden_states, "attentions": outputs.attentions}
 
 
-class VanillaLMHeadMixin:
+class VanillaLMHeadMixin(InitialisesItself):
     """The output projection (tied to the token embeddings by default) with BERT's optional transform."""
 
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
@@ -1013,6 +967,12 @@ class VanillaLMHeadMixin:
             else None
         )
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=config.lm_head_bias)
+
+    def init_own_weights(self, config: VanillaConfig) -> None:
+        if config.initializer_factor is not None and not config.tie_word_embeddings:  # T5's untied head: N(0, factor)
+            init.normal_(self.lm_head.weight, std=config.initializer_factor)
+        if self.lm_head.bias is not None:
+            init.zeros_(self.lm_head.bias)
 
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
@@ -1214,7 +1174,7 @@ def last_eos_positions(
     return (is_eos * positions).argmax(-1)
 
 
-class VanillaPooler(nn.Module):
+class VanillaPooler(InitialisesItself, nn.Module):
     """One vector per sequence: the first token, the last real token, the mean or the last EOS; BERT's dense + tanh optional."""
 
     def __init__(self, config: VanillaConfig):
@@ -1223,6 +1183,10 @@ class VanillaPooler(nn.Module):
         self.pad_token_id = config.pad_token_id
         self.eos_token_id = config.eos_token_id
         self.dense = nn.Linear(config.hidden_size, config.hidden_size) if config.pooler else None
+
+    def init_own_weights(self, config: VanillaConfig) -> None:
+        if config.initializer_factor is not None and self.dense is not None:  # T5ClassificationHead.dense
+            init.normal_(self.dense.weight, std=config.initializer_factor * config.hidden_size**-0.5)
 
     def forward(
         self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, input_ids: torch.Tensor | None
@@ -1269,6 +1233,10 @@ class VanillaForSequenceClassification(VanillaHead):
         self.dropout, self.score = classifier_layers(config)
         self.post_init()
 
+    def init_own_weights(self, config: VanillaConfig) -> None:
+        if config.initializer_factor is not None:  # T5ClassificationHead.out_proj
+            init.normal_(self.score.weight, std=config.initializer_factor * config.hidden_size**-0.5)
+
     @can_return_tuple
     def forward(
         self,
@@ -1308,6 +1276,10 @@ class VanillaForTokenClassification(VanillaHead):
         self.dropout, self.score = classifier_layers(config)
         self.post_init()
 
+    def init_own_weights(self, config: VanillaConfig) -> None:
+        if config.initializer_factor is not None:  # T5ForTokenClassification's classifier: N(0, factor)
+            init.normal_(self.score.weight, std=config.initializer_factor)
+
     @can_return_tuple
     def forward(
         self,
@@ -1334,6 +1306,10 @@ class VanillaForQuestionAnswering(VanillaHead):
         super().__init__(config)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
+
+    def init_own_weights(self, config: VanillaConfig) -> None:
+        if config.initializer_factor is not None:  # T5ForQuestionAnswering's qa_outputs
+            init.normal_(self.qa_outputs.weight, std=config.initializer_factor * config.hidden_size**-0.5)
 
     @can_return_tuple
     def forward(

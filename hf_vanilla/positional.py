@@ -48,7 +48,19 @@ NO_POSITIONAL_INPUTS = PositionalAttentionInputs()
 SCHEME_CLASSES: dict[str, type["PositionalScheme"]] = {}
 
 
-class PositionalScheme(nn.Module):
+class InitialisesItself:
+    """A module that owns its initialisation: the model's ``_init_weights`` hands each such module the config.
+
+    transformers' generic initialisation runs first (linears and embeddings N(0, initializer_range), norms at 1,
+    biases at 0); :meth:`init_own_weights` draws what this module needs otherwise.
+    """
+
+    def init_own_weights(self, config: VanillaConfig) -> None:
+        """Draw this module's own parameters and buffers where the generic initialisation does not fit them;
+        transformers' init functions skip tensors already loaded. The default: nothing to add."""
+
+
+class PositionalScheme(InitialisesItself, nn.Module):
     """The interface. Subclasses override what they use; the defaults do nothing."""
 
     #: The value of ``position_embedding_type`` (a row of the table of variants) this class implements.
@@ -71,11 +83,6 @@ class PositionalScheme(nn.Module):
         """Adds a bias to attention scores (the table's ``attention_bias``): only attention functions that take
         `position_bias` apply it."""
         return row("position_embedding_type", self.scheme).attention_bias
-
-    def init_own_weights(self, config: VanillaConfig) -> None:
-        """Draw this scheme's own parameters and recompute its tables (checkpoints do not hold them, and a build on
-        the meta device leaves them empty). Parameters of child modules (nn.Embedding) are drawn by
-        ``_init_weights`` as every embedding's are; transformers' init functions skip tensors already loaded."""
 
     def embed(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         return inputs_embeds
@@ -350,6 +357,10 @@ class RelativePositionBias(PositionalScheme):
         self.num_buckets = config.relative_attention_num_buckets
         self.max_distance = config.relative_attention_max_distance
         self.relative_attention_bias = nn.Embedding(self.num_buckets, config.num_attention_heads)
+
+    def init_own_weights(self, config: VanillaConfig) -> None:
+        if config.initializer_factor is not None:  # T5's: N(0, factor / sqrt(d_model))
+            init.normal_(self.relative_attention_bias.weight, std=config.initializer_factor * config.hidden_size**-0.5)
 
     def attention_inputs(self, hidden_states, position_ids, query_offset, key_length):
         batch, query_length = hidden_states.shape[:2]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The model files that travel with a checkpoint, tested on the oldest transformers they support (the release
-# hf_vanilla/configuration_vanilla.py names): a second environment with that release, torch as setup.sh installs
+# hf_vanilla/transformers_releases.py names): a second environment with that release, torch as setup.sh installs
 # it, and only what tests/test_model_files_portable.py needs -- not hf_vanilla itself, which requires the newest
 # transformers. Re-running is cheap: nothing is reinstalled unless the wanted versions changed. Extra arguments
 # go to pytest.
@@ -11,9 +11,9 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv=${HF_VANILLA_OLDEST_VENV:-$root/.venv-oldest}
 python=${PYTHON:-python3}
-minimum=$(sed -n 's/^MINIMUM_TRANSFORMERS = "\(.*\)"$/\1/p' "$root/hf_vanilla/configuration_vanilla.py")
+minimum=$(sed -n 's/^MINIMUM_TRANSFORMERS = "\(.*\)"$/\1/p' "$root/hf_vanilla/transformers_releases.py")
 if [ -z "$minimum" ]; then
-  echo "oldest_transformers: no MINIMUM_TRANSFORMERS = \"X.Y.Z\" line in hf_vanilla/configuration_vanilla.py" >&2
+  echo "oldest_transformers: no MINIMUM_TRANSFORMERS = \"X.Y.Z\" line in hf_vanilla/transformers_releases.py" >&2
   exit 1
 fi
 requirements=("transformers==$minimum" "safetensors>=0.4" "pytest>=8")

@@ -9,7 +9,7 @@ from huggingface_hub.errors import StrictDataclassClassValidationError
 from transformers import AutoModelForCausalLM
 
 import hf_vanilla as hv
-from hf_vanilla.configuration_vanilla import PRESETS
+from hf_vanilla.presets import PRESETS
 from tests.factories import HEAD_FOR_FAMILY, tiny_config
 
 

@@ -280,7 +280,7 @@ def test_the_readmes_torch_spec_reaches_pip_as_written(tmp_path):
     assert spec == "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
     assert f"pip install {spec}\n" in readme  # the Install section's torch line is the same build
     calls = _setup_calls(command.group(0), tmp_path)
-    from hf_vanilla.configuration_vanilla import MINIMUM_TRANSFORMERS
+    from hf_vanilla.transformers_releases import MINIMUM_TRANSFORMERS
 
     assert calls == ["-c import torch", f"-m pip install -q {spec}", f"-m pip install -q -e {ROOT}[dev]",
                      "-m pytest -p no:cacheprovider",

@@ -309,13 +309,16 @@ def test_a_bias_scheme_refuses_a_qkv_only_attention_function_however_it_is_chose
     model = tiny_model("decoder", scheme)
     with assert_refused(scheme, qkv_only):
         model.set_attn_implementation(qkv_only)
-    config = tiny_config("decoder", scheme)  # as vLLM does: set on the config, then build the bare model
-    config._attn_implementation = qkv_only
+    config = tiny_config("decoder", scheme)  # as vLLM does: set on the config (refused there), then build the model
+    with assert_refused(scheme, qkv_only):
+        config._attn_implementation = qkv_only
+    config = tiny_config("decoder", "rope", attn_implementation=qkv_only)  # the scheme changed after the backend
+    config.position_embedding_type = scheme
     with assert_refused(scheme, qkv_only):
         AutoModel.from_config(config)
-    model.config._attn_implementation = qkv_only  # after init: the attention layer itself refuses
-    with assert_refused(scheme, qkv_only), torch.no_grad():
-        model(input_ids=torch.tensor([[3, 4, 5]]))
+    with assert_refused(scheme, qkv_only):  # after init, as an engine may: refused where it is set, before a forward
+        model.config._attn_implementation = qkv_only
+    assert model.config._attn_implementation != qkv_only  # the refused value never took effect
 
 
 @pytest.mark.parametrize("implementation", ["flash_attention_2", "paged|eager", "kernels-community/not-loaded-yet"])

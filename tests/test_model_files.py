@@ -27,11 +27,13 @@ from hf_vanilla import configuration_vanilla, modeling_vanilla, positional
 from hf_vanilla.checkpoint import code_files
 from tests.factories import FAMILIES, model_inputs, padded_batch, tiny_model
 
-TRAVELLING = {"modeling_vanilla.py", "configuration_vanilla.py", "positional.py", "variants.py"}
+TRAVELLING = {"modeling_vanilla.py", "configuration_vanilla.py", "positional.py", "variants.py",
+              "transformers_releases.py"}
 #: Standard-library modules a model file legitimately needs: none of them touches the file system or the host.
 PURE_STDLIB = {"__future__", "typing", "math", "copy", "dataclasses", "collections", "functools", "itertools",
                "inspect",  # inspect: the signature of a registered attention function (does it take position_bias)
                "contextlib",
+               "importlib",  # importlib: VanillaConfig.from_preset asks for the package's presets by name
                "sys"}  # sys: sys.modules, whether PEFT is imported (to tell it LoRA's default targets)
 #: transformers' own configuration files import `strict` from here (a hard dependency of transformers).
 TRANSFORMERS_CONFIG_HELPER = "huggingface_hub.dataclasses"

@@ -1,7 +1,7 @@
 """The model files that travel with a checkpoint run on every supported transformers release (issue 22).
 
 The package needs the newest transformers; the model files (configuration_vanilla.py, modeling_vanilla.py,
-positional.py, variants.py) run on every release from 5.16.1, the oldest vLLM supports. This module imports neither hf_vanilla
+positional.py, variants.py, transformers_releases.py) run on every release from 5.16.1, the oldest vLLM supports. This module imports neither hf_vanilla
 nor the other test helpers, so scripts/test.sh runs it in a second environment with the oldest release, where the
 package itself does not install (``pytest --noconftest tests/test_model_files_portable.py``). It loads the files as
 ``trust_remote_code=True`` does, registers them for the Auto classes as ``hf_vanilla.register()`` does (pinned by
@@ -198,11 +198,21 @@ def test_save_and_reload_with_trust_remote_code_gives_the_same_logits(files, tmp
 
 
 def test_release_numbers_reads_released_and_development_versions(files):
-    release_numbers = sys.modules[files.VanillaConfig.__module__].release_numbers
+    release_numbers = sys.modules[files.__name__.rpartition(".")[0] + ".transformers_releases"].release_numbers
     assert release_numbers("5.16.1") == (5, 16, 1)
     assert release_numbers("5.17.0.dev0") == (5, 17, 0)
     assert release_numbers("5.20.0rc1") == (5, 20, 0)
     assert release_numbers("5.9") == (5, 9) < (5, 16, 1)
+
+
+def test_presets_from_the_travelling_files_without_the_package_say_what_they_need(files, monkeypatch):
+    """Presets are package data: the travelling config asks for them by name, and says so in one line where the
+    package is absent (simulated here where it is installed)."""
+    monkeypatch.setitem(sys.modules, "hf_vanilla", None)
+    monkeypatch.delitem(sys.modules, "hf_vanilla.presets", raising=False)
+    with pytest.raises(ImportError, match=r"^VanillaConfig.from_preset: presets need the hf_vanilla package "
+                                          r"\(pip install hf_vanilla\)$"):
+        files.VanillaConfig.from_preset("tiny-gpt2")
 
 
 REFUSAL = (

@@ -50,11 +50,14 @@ def assert_drawn_as_a_fresh_build_draws(loaded: nn.Module, fresh: nn.Module, nam
             assert 0.7 < ratio < 1.4, f"{name}: std {tensor.std().item():.4g}, a fresh build's {reference.std():.4g}"
 
 
-def check_row_initialises_itself(row: variants.Variant, folder) -> None:
+def check_row_initialises_itself(row: variants.Variant, folder, **overrides) -> None:
     """Saved with only the token embedding: transformers builds on the meta device and initialises every other
     tensor with the model's ``_init_weights``; each must be drawn as a fresh build draws it."""
-    config = config_for_row(row)
-    fresh = head_model(config)
+    check_initialises_itself(config_for_row(row, **overrides), folder)
+
+
+def check_initialises_itself(config: hv.VanillaConfig, folder, head: type | None = None) -> None:
+    fresh = head_model(config) if head is None else head(config).eval()
     fresh.save_pretrained(folder)
     kept = {"model.embed_tokens.weight": fresh.model.embed_tokens.weight.detach().clone()}
     save_file(kept, str(folder / "model.safetensors"), metadata={"format": "pt"})
@@ -81,6 +84,22 @@ def check_scheme_weights_initialise_themselves(scheme: str, folder) -> None:
 @pytest.mark.parametrize("row", variants.VARIANTS, ids=ROW_IDS)
 def test_every_row_initialises_itself_on_the_meta_device(row, tmp_path):
     check_row_initialises_itself(row, tmp_path)
+
+
+@pytest.mark.parametrize("row", variants.VARIANTS, ids=ROW_IDS)
+def test_every_row_initialises_itself_on_the_meta_device_as_t5_does(row, tmp_path):
+    """T5's initialisation (initializer_factor): each module draws its own spread (attention and FFN too, which
+    transformers skips in custom code for holding no parameters of their own)."""
+    check_row_initialises_itself(row, tmp_path, initializer_factor=1.0, tie_word_embeddings=False)
+
+
+@pytest.mark.parametrize("factor", [None, 1.0])
+@pytest.mark.parametrize("head", ["VanillaForSequenceClassification", "VanillaForTokenClassification",
+                                  "VanillaForQuestionAnswering"])
+def test_every_understanding_head_initialises_itself_on_the_meta_device(head, factor, tmp_path):
+    config = config_for_row(variants.row("architecture", "encoder"), pooler=True, num_labels=3,
+                            initializer_factor=factor)
+    check_initialises_itself(config, tmp_path, head=getattr(hv, head))
 
 
 @pytest.mark.parametrize("scheme", variants.values("position_embedding_type"))

@@ -210,7 +210,8 @@ def build_model(task: Task, tokenizer, raw, opts: TrainOptions):
 
 def build_config(task: Task, tokenizer, raw, opts: TrainOptions):
     """Size preset, the task's family, vocabulary and special tokens from the tokenizer, then overrides."""
-    from ..configuration_vanilla import PRESETS, VanillaConfig, preset_fields
+    from ..configuration_vanilla import VanillaConfig
+    from ..presets import PRESETS, preset_fields
 
     if opts.preset not in SIZE_PRESETS and opts.preset not in PRESETS:
         raise ValueError(f"unknown preset {opts.preset!r}; choose one of {sorted({*SIZE_PRESETS, *PRESETS})}")
