@@ -66,15 +66,25 @@ class Variant:
     to_hf: tuple[str, ...] = ()
     #: (target, the further condition under which it carries this value) for a target of ``to_hf`` with one.
     to_hf_conditions: tuple[tuple[str, str], ...] = ()
+    #: For a NON_DEFAULT row, the value every check builds it with (a scale of 0.5, say).
+    example: Any = None
 
     def __post_init__(self) -> None:
         exporters = [name for name, _ in self.export_refusals if name not in EXPORTERS]
         targets = [name for name in self.to_hf if name not in TO_HF_TARGETS]
         targets += [name for name, _ in self.to_hf_conditions if name not in self.to_hf]
+        if (self.value == NON_DEFAULT) == (self.example is None):
+            raise ValueError(f"{self.option}={self.value!r}: a NON_DEFAULT row, and only such a row, names the "
+                             "example value its checks build it with (example=...).")
         if exporters or targets:
             raise ValueError(f"{self.option}={self.value!r}: export_refusals names {exporters or 'no'} unknown "
                              f"exporter (known: {EXPORTERS}), to_hf / to_hf_conditions {targets or 'no'} unknown "
                              f"target (to_hf names targets of {TO_HF_TARGETS}; a condition, a target in to_hf).")
+
+    @property
+    def setting(self) -> Any:
+        """The value a model built to show this row sets its option to."""
+        return self.example if self.value == NON_DEFAULT else self.value
 
     @property
     def served_by_vllm(self) -> bool:
@@ -128,7 +138,7 @@ VARIANTS: list[Variant] = [
             to_hf=("llama", "t5"),
             to_hf_conditions=(("t5", "hidden_act other than 'gelu' (T5 reads 'gated-gelu' as gelu_new)"),)),
     Variant("lm_head_scale", NON_DEFAULT, "last hidden states times a factor before the output projection (T5)",
-            output_layer=True, vllm_reads="logit_scale", to_hf=("t5",),
+            output_layer=True, vllm_reads="logit_scale", to_hf=("t5",), example=0.5,
             to_hf_conditions=(("t5", "lm_head_scale=d_model**-0.5 (T5 v1.0)"),)),
     Variant("lm_head_bias", False, "no bias on the output projection (GPT-2, Llama, T5)",
             output_layer=True, to_hf=("llama", "gpt2", "t5")),

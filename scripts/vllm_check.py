@@ -4,6 +4,7 @@
     python scripts/vllm_check.py check RUN_DIR        # vLLM's greedy tokens and logprobs against transformers'
                                                       # (an encoder: its embeddings, served as a pooling model)
     python scripts/vllm_check.py serve RUN_DIR        # the same through `vllm serve`, over HTTP on 127.0.0.1
+    python scripts/vllm_check.py rows --out DIR       # every row of the table vLLM serves, in a small decoder each
     python scripts/vllm_check.py bench --out DIR      # same-shape hf_vanilla and Llama: check both, then time
     python scripts/vllm_check.py profile --out DIR    # where the Transformers backend's time goes (Llama vs Llama)
 
@@ -18,6 +19,10 @@ neither hf_vanilla nor this project's transformers: the model files travel in th
 backend (``model_impl="transformers"``), requests one at a time and all in one batch, against transformers'
 ``generate()`` and ``log_softmax`` of its forward on the same token ids, one prompt at a time. Prompts are random
 token ids of different lengths (a batch flattens them into one row: positions must come from ``position_ids``).
+
+``rows``: for each row of hf_vanilla's table of variants that vLLM serves (``Variant.served_by_vllm``) and a decoder
+can show, a small decoder with that row's value (RoPE otherwise, as the tests' grid), checked as ``check`` does.
+What vLLM refuses is checked by the suite (tests/test_variants.py), which needs no vLLM.
 
 ``bench``: an hf_vanilla decoder in Llama's shape (RoPE, RMSNorm, SwiGLU, grouped-query attention) and the
 ``LlamaForCausalLM`` that ``hf_vanilla.convert.to_hf`` makes of it (identical weights), both checked as above, then
@@ -619,6 +624,60 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------------------------
+# rows: every row of the table vLLM serves, each in a small decoder of its own
+
+
+def served_decoder_rows() -> list[Any]:
+    """The rows vLLM serves that a generating decoder can show (the encoder row is ``check``'s embedding case)."""
+    from hf_vanilla import variants
+
+    return [row for row in variants.VARIANTS if row.served_by_vllm and (row.option, row.setting) != ("architecture",
+                                                                                                       "encoder")]
+
+
+def build_row_decoder(row: Any, folder: Path, shape: Shape, seed: int = 0) -> Path:
+    """A decoder of ``shape`` with ``row``'s value (RoPE unless the row is a positional scheme), saved with its code."""
+    import torch
+
+    from hf_vanilla import VanillaConfig, VanillaForCausalLM, register
+
+    register()  # save_pretrained then copies the model files and writes auto_map
+    torch.manual_seed(seed)
+    fields = dict(architecture="decoder", position_embedding_type="rope", vocab_size=shape.vocab,
+                  hidden_size=shape.hidden, intermediate_size=shape.ffn, num_hidden_layers=2,
+                  num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
+                  max_position_embeddings=shape.max_positions, initializer_range=shape.init_std, pad_token_id=0,
+                  bos_token_id=1, eos_token_id=2)
+    fields[row.option] = row.setting
+    path = folder / f"{row.option}={row.setting}"
+    VanillaForCausalLM(VanillaConfig(**fields)).eval().save_pretrained(path)
+    return path
+
+
+def run_rows(args: argparse.Namespace) -> int:
+    out = Path(args.out or tempfile.mkdtemp(prefix="vllm-rows-"))
+    out.mkdir(parents=True, exist_ok=True)
+    _set_threads(args.threads)
+    folders = {f"{row.option}={row.setting!r}": build_row_decoder(row, out / "models", Shape())
+               for row in served_decoder_rows()}
+    worker = Worker(ensure_venv(Path(args.venv), log), args.threads, out / "worker.log")
+    results = []
+    try:
+        for name, folder in folders.items():
+            config = check_servable(folder)
+            worker.call("load", name=name, folder=str(folder), impl="transformers", max_model_len=model_len(config),
+                        kv_cache_bytes=args.kv_cache_mib << 20, enforce_eager=args.eager, runner="generate")
+            log(f"{name}: loaded {folder}")
+            results.append(check_engine(worker, name, folder, reference_for(folder, args.new_tokens), args.atol, log))
+            worker.call("close", name=name)
+    finally:
+        worker.close()
+    _write_json(out / "rows.json", {"rows": [_check_json(result) for result in results]})
+    print(check_table(results))
+    return 0 if all(result.passed for result in results) else 1
+
+
+# ----------------------------------------------------------------------------------------------
 # serve: the same check through `vllm serve`, the OpenAI-compatible server users run
 
 
@@ -1025,6 +1084,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                                 "(embedding model) in vLLM against transformers")
     check.add_argument("folder", help="a folder a run saved its model in (config.json, weights, model files)")
     check.set_defaults(func=run_check)
+
+    rows = commands.add_parser("rows", parents=[common], help="every row of the table of variants vLLM serves, "
+                               "each in a small decoder, checked as `check` does")
+    rows.set_defaults(func=run_rows)
 
     serve = commands.add_parser("serve", parents=[common], help="the same check through `vllm serve` (its "
                                 "OpenAI-compatible server on 127.0.0.1)")

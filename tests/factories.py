@@ -103,12 +103,7 @@ def run_without_package(script: str, folder: Path) -> subprocess.CompletedProces
                           timeout=600)
 
 
-#: A setting for a table row whose value is "any non-default" (variants.NON_DEFAULT), by option.
-NON_DEFAULT_SETTINGS = {"lm_head_scale": 0.5}
-
-
 def config_for_row(row: variants.Variant, **overrides) -> hv.VanillaConfig:
     """The tiny config that uses ``row`` (a decoder with RoPE unless the row says otherwise)."""
-    value = NON_DEFAULT_SETTINGS[row.option] if row.value == variants.NON_DEFAULT else row.value
-    base = {"architecture": "decoder", "position_embedding_type": "rope", row.option: value, **overrides}
+    base = {"architecture": "decoder", "position_embedding_type": "rope", row.option: row.setting, **overrides}
     return tiny_config(base.pop("architecture"), base.pop("position_embedding_type"), **base)

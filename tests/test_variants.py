@@ -19,7 +19,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 import hf_vanilla as hv
 from hf_vanilla import positional, support_matrix, variants
 from hf_vanilla.configuration_vanilla import rows_of
-from tests.factories import HEAD_FOR_FAMILY, NON_DEFAULT_SETTINGS, config_for_row
+from tests.factories import HEAD_FOR_FAMILY, config_for_row
 
 ROW_IDS = [f"{row.option}={row.value}" for row in variants.VARIANTS]
 
@@ -254,6 +254,14 @@ def test_a_row_naming_an_unknown_exporter_or_target_is_refused_when_written():
         variants.Variant("norm_type", "scalenorm", "ScaleNorm", to_hf=("mistral",), to_hf_conditions=(("t5", "x"),))
 
 
+def test_a_non_default_row_names_the_example_its_checks_build_and_only_such_a_row_does():
+    with pytest.raises(ValueError, match="names the example value"):
+        variants.Variant("lm_head_scale", variants.NON_DEFAULT, "a scale with nothing to build it with")
+    with pytest.raises(ValueError, match="names the example value"):
+        variants.Variant("norm_type", "scalenorm", "ScaleNorm", example="scalenorm")
+    assert variants.row("lm_head_scale", variants.NON_DEFAULT).setting == 0.5
+
+
 def test_a_value_is_in_the_table_once():
     with pytest.raises(ValueError, match="already in the table"):
         variants.register(variants.row("position_embedding_type", "alibi"))
@@ -398,7 +406,7 @@ def with_row(config: hv.VanillaConfig, row: variants.Variant) -> hv.VanillaConfi
     fields = config.to_dict()
     fields.pop("architectures", None)  # the head class follows the family, which the row may change
     fields["decoder_start_token_id"] = fields.get("decoder_start_token_id") or fields["pad_token_id"] or 0
-    value = NON_DEFAULT_SETTINGS[row.option] if row.value == variants.NON_DEFAULT else row.value
+    value = row.setting
     if fields[row.option] != value:
         for old in (r for r in rows_of(config) if r.option == row.option):
             for name in old.active_fields:

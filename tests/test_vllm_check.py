@@ -302,3 +302,15 @@ def test_arguments():
         vllm_check.parse_args(["check", "/x", "--threads", "0"])
     with pytest.raises(SystemExit):
         vllm_check.parse_args(["bench", "--engines", "vllm"])
+
+
+def test_rows_builds_a_servable_decoder_for_every_row_vllm_serves(tmp_path):
+    """`rows` checks each row the table says vLLM serves: every such row but the encoder (`check`'s embedding case)
+    gets a decoder with that value, which `check` accepts; a row vLLM refuses is not among them."""
+    rows = vllm_check.served_decoder_rows()
+    served = {(row.option, row.value) for row in variants.VARIANTS if row.served_by_vllm}
+    assert {(row.option, row.value) for row in rows} == served - {("architecture", "encoder")}
+    assert variants.row("position_embedding_type", "alibi") not in rows
+    for row in rows:
+        config = vllm_check.check_servable(vllm_check.build_row_decoder(row, tmp_path, TINY))
+        assert config[row.option] == row.setting and config["architecture"] == "decoder", row
