@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..checkpoint import clear_disk_errors, ensure_code_files, shipped_auto_map
-from ..output_folder import OutputFolder
+from ..checkpoint import ensure_code_files, shipped_auto_map
+from ..files.atomic import clear_disk_errors
+from ..files.output_folder import OutputFolder
+from ..tasks import Task, get_task
 from . import rundir
 from .options import SIZE_PRESETS, TrainOptions, check_attention_kernel, check_init_from, make_options
 from .outputs import how_to_resume
-from .tasks import Task, get_task
 
 if TYPE_CHECKING:
     from transformers import TrainerCallback
@@ -78,7 +79,7 @@ def train(task: str, output_dir: str | os.PathLike[str], *, callbacks: Sequence[
             training it evaluates and writes the outputs without training further).
         RunDirectoryBusyError: another process is writing ``output_dir``.
         FileExistsError: ``output_dir`` holds files hf_vanilla did not write (``--overwrite`` and ``--resume``
-            touch only a run's own files: see :mod:`hf_vanilla.output_folder`).
+            touch only a run's own files: see :mod:`hf_vanilla.files.output_folder`).
         hf_vanilla.corpora.CorpusUnavailableError: the default corpus is neither cached nor fetchable.
     """
     task_ = get_task(task)
@@ -202,7 +203,7 @@ def build_model(task: Task, tokenizer, raw, opts: TrainOptions):
             model_class._from_config(config, attn_implementation=opts.attn_implementation)
     task.set_generation_defaults(model, tokenizer, opts)
     if opts.cpu_kernels:
-        from ..cpu_kernels import enable_cpu_kernels
+        from ..tools.cpu_kernels import enable_cpu_kernels
 
         logger.info("--cpu-kernels: %s", enable_cpu_kernels(model).format())
     return model

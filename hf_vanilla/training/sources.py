@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from datasets import DatasetDict
 
+    from ..tasks import Task
     from .options import TrainOptions
-    from .tasks import Task
 
 SPLITS = ("train", "validation", "test")
 
