@@ -35,6 +35,7 @@ from typing import Any
 from ..checkpoint import PICKLE_SUFFIXES, TOKENIZER_FILES, code_files, loading_files, shipped_auto_map
 from ..files.atomic import is_model_file, is_weight_file
 from ..files.output_folder import OutputFolder
+from .card import build_model_card, build_saved_model_card
 from .public import QUOTED_FIELDS, local_paths, public_run_files, quoted_data
 
 logger = logging.getLogger(__name__)
@@ -161,7 +162,6 @@ def model_card_text(
     """
     from huggingface_hub import ModelCard
 
-    from .card import build_model_card, build_saved_model_card
 
     folder = Path(run_dir)
     readme = folder / "README.md"

@@ -48,6 +48,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from ..files.atomic import atomic_write_json
+
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel
@@ -699,7 +701,6 @@ def write_json(rows: Sequence[Row], path: str) -> None:
     def finite(value: object) -> object:  # NaN/inf are not JSON: a figure that could not be measured is null
         return value if not isinstance(value, float) or math.isfinite(value) else None
 
-    from ..files.atomic import atomic_write_json
 
     atomic_write_json(path, [{key: finite(value) for key, value in asdict(row).items()} for row in rows])
 

@@ -10,7 +10,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import __version__
 from ..files.atomic import atomic_write_json, atomic_write_text
+from ..publishing.card import build_model_card
+from ..tools.viz import plot_training_curves
 from .rundir import RUN_RECORD
 
 if TYPE_CHECKING:
@@ -26,7 +29,6 @@ def environment() -> dict[str, Any]:
     import torch
     import transformers
 
-    from .. import __version__
 
     return {
         "hf_vanilla": __version__, "transformers": transformers.__version__, "torch": torch.__version__,
@@ -132,9 +134,6 @@ def write_outputs(folder: OutputFolder, task: Task, *, metrics: dict, baseline: 
                   done: dict, record: dict, log_history: list) -> None:
     """metrics.json, run.json (completed), curves.png and the model card README.md, each named in the run's
     record before it is written."""
-    from ..publishing.card import build_model_card
-    from ..tools.viz import plot_training_curves
-
     atomic_write_json(folder.declare("metrics.json"), {"task": task.name, **done, "metrics": metrics,
                                                        "baseline": baseline, "timing": timings, "samples": samples})
     write_run_record(folder, record)
