@@ -6,7 +6,7 @@ and the layers that need an extra say which one.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.metadata
 import subprocess
 import sys
 import tempfile
@@ -20,10 +20,10 @@ from hf_vanilla.extras import EXTRA_MODULES, MissingExtraError
 
 
 def main() -> int:
-    absent = [name for name in sorted(set().union(*EXTRA_MODULES.values())) if importlib.util.find_spec(name)]
-    assert not absent, f"extras' modules installed in the base venv: {absent}"
+    present = [name for name in sorted(set().union(*EXTRA_MODULES.values())) if _installed(name)]
+    assert not present, f"extras' distributions installed in the base venv: {present}"
     torch.manual_seed(0)
-    native = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=32)).eval()
+    native = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=32, bos_token_id=0, eos_token_id=0)).eval()
     with tempfile.TemporaryDirectory() as scratch:
         native.save_pretrained(f"{scratch}/gpt2")
         report = convert_checkpoint(f"{scratch}/gpt2", f"{scratch}/vanilla")
@@ -46,6 +46,14 @@ def main() -> int:
     print(f"hf-vanilla train --help: exit {help_run.returncode}, {help_run.stderr.strip()}")
     assert help_run.returncode == 1 and len(help_run.stderr.strip().splitlines()) == 1
     return 0
+
+
+def _installed(distribution: str) -> bool:
+    try:
+        importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 if __name__ == "__main__":

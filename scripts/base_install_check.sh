@@ -6,9 +6,12 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv=${VENV:-$(mktemp -d)/venv}
-python3 -m venv "$venv"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 # shellcheck disable=SC2086  # TORCH_SPEC may carry pip options on purpose
 "$venv/bin/python" -m pip install -q ${TORCH_SPEC:-torch==2.13.0}
 "$venv/bin/python" -m pip install -q "$root"
-cd "$(mktemp -d)"  # not the checkout: the installed package, not the source tree, is imported
-PATH="$venv/bin:$PATH" "$venv/bin/python" "$root/scripts/base_install_check.py"
+# run from a copy in an empty folder: the installed package is imported, not the checkout (nor scripts/accelerate)
+scratch=$(mktemp -d)
+cp "$root/scripts/base_install_check.py" "$scratch/"
+cd "$scratch"
+PATH="$venv/bin:$PATH" "$venv/bin/python" base_install_check.py

@@ -199,7 +199,8 @@ def test_the_one_card_template_ships_in_the_wheel(tmp_path: Path) -> None:
     (wheel,) = tmp_path.glob("hf_vanilla-*.whl")
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel) as archive:
-        assert archive.read("hf_vanilla/model_card.md") == (REPO_ROOT / "hf_vanilla" / "model_card.md").read_bytes()
+        assert archive.read("hf_vanilla/publishing/model_card.md") == (
+            REPO_ROOT / "hf_vanilla" / "publishing" / "model_card.md").read_bytes()
         archive.extractall(site)
     render = textwrap.dedent(
         """

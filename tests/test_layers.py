@@ -120,3 +120,10 @@ def test_the_extras_install_what_their_layers_check():
     assert set().union(*EXTRA_MODULES.values()) <= _extra_distributions(extras, "dev")
     base = {requirement.split(">")[0] for requirement in project["dependencies"]}
     assert base == {"torch", "transformers", "safetensors", "huggingface_hub", "filelock"}
+
+
+def test_every_folder_of_the_package_installs():
+    """setuptools' find_packages installs only folders with an __init__.py: a layer without one would be missing
+    from `pip install hf_vanilla`."""
+    folders = {path.parent for path in layers.SOURCE.rglob("*.py")}
+    assert sorted(str(f) for f in folders if not (f / "__init__.py").is_file()) == []

@@ -1,7 +1,7 @@
 """Model cards for hf_vanilla runs: ``build_model_card(run_dir) -> huggingface_hub.ModelCard``.
 
 Everything comes from the files a training run leaves (``run.json``, ``metrics.json``,
-``config.json``; see :mod:`hf_vanilla.training`) and the package's one Jinja template ``hf_vanilla/model_card.md``
+``config.json``; see :mod:`hf_vanilla.training`) and the package's one Jinja template ``hf_vanilla/publishing/model_card.md``
 (package data: an installed wheel renders the same card), so the card can be rebuilt at any time. A model saved
 without a run gets the same template with the training sections left out (:func:`build_saved_model_card`). Nothing here
 touches the network: the card's YAML metadata is built with ``ModelCardData`` and parses back with
