@@ -33,6 +33,7 @@ from hf_vanilla import training as T
 from hf_vanilla.corpora import CorpusUnavailableError
 from hf_vanilla.tasks import metrics as M
 from hf_vanilla.training import options, sources
+from hf_vanilla.training import run as training_run
 
 WORDS = ("the king queen crown sword castle night day love war peace speak hear see thou thee my lord good "
          "sir noble heart blood honour death fair sweet").split()
@@ -697,7 +698,7 @@ def _until_ctrl_c(call, *args, **kwargs):
 
 #: Where Ctrl-C lands before training: reading the corpus, training the tokenizer (not yet saved), tokenising the
 #: data (the tokenizer is saved), building the Trainer.
-BEFORE_TRAINING = {"corpus": (sources, "load_task_data"), "tokenizer": (type(T.get_task("clm")), "build_tokenizer"),
+BEFORE_TRAINING = {"corpus": (training_run, "load_task_data"), "tokenizer": (type(T.get_task("clm")), "build_tokenizer"),
                    "tokenising": (type(T.get_task("clm")), "tokenize")}
 
 
@@ -786,10 +787,10 @@ AFTER_TRAINING = {"evaluation": (type(T.get_task("clm")), "evaluate"),
 
 @pytest.mark.parametrize("where", [*AFTER_TRAINING, "card"])
 def test_ctrl_c_after_training_keeps_the_model_and_resume_finishes(corpus, tmp_path, monkeypatch, where):
-    import hf_vanilla.publishing.card
+    import hf_vanilla.training.outputs
     from hf_vanilla.training.trainer import checkpoint_problem, checkpoint_step
 
-    owner, name = AFTER_TRAINING.get(where, (hf_vanilla.publishing.card, "build_model_card"))
+    owner, name = AFTER_TRAINING.get(where, (hf_vanilla.training.outputs, "build_model_card"))
     options = dict(TINY, data_files=text_files(corpus), eval_steps=3, save_steps=3, logging_steps=1)
     run_dir = tmp_path / "run"
     with monkeypatch.context() as patch:
