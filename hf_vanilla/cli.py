@@ -14,13 +14,14 @@ import importlib
 import sys
 
 from . import __version__, register
+from .extras import MissingExtraError
 
 #: name -> (module, one-line help), in the order `--help` lists them.
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("hf_vanilla.training.cli", "train a model on real text (clm, mlm, translation, classification)"),
     "convert": ("hf_vanilla.convert", "convert a checkpoint between native transformers and hf_vanilla"),
-    "push": ("hf_vanilla.hub", "upload a training run (model, code, tokenizer, card) to the Hub in one commit"),
-    "bench": ("hf_vanilla.bench", "benchmark against transformers' Llama, GPT-2, BERT and BART"),
+    "push": ("hf_vanilla.publishing.hub", "upload a training run (model, code, tokenizer, card) to the Hub in one commit"),
+    "bench": ("hf_vanilla.tools.bench", "benchmark against transformers' Llama, GPT-2, BERT and BART"),
     "attention": ("hf_vanilla.commands", "draw a model's attention on a text"),
     "positions": ("hf_vanilla.commands", "draw the positional schemes"),
     "generate": ("hf_vanilla.commands", "generate text with a trained causal LM or translation model"),
@@ -54,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("hf-vanilla: interrupted (Ctrl-C)", file=sys.stderr)
         return 130
+    except MissingExtraError as error:  # the subcommand's layer is not installed: its one line says which extra
+        print(f"hf-vanilla: {error}", file=sys.stderr)
+        return 1
 
 
 def dispatch(argv: list[str]) -> int:

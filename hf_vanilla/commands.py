@@ -43,7 +43,7 @@ def add_attention(subparsers: argparse._SubParsersAction) -> None:
     attention.add_argument("--max-tokens", type=int, metavar="N",
                            help="draw only the first N tokens of the text (and of --target); a text whose maps "
                            "would not fit in half the free memory is refused with the N that fits")
-    attention.set_defaults(func=_later("hf_vanilla.viz", "run_attention"))
+    attention.set_defaults(func=_later("hf_vanilla.tools.viz", "run_attention"))
 
 
 def add_positions(subparsers: argparse._SubParsersAction) -> None:
@@ -55,7 +55,7 @@ def add_positions(subparsers: argparse._SubParsersAction) -> None:
     )
     positions.add_argument("--out", required=True, type=Path, metavar="DIR", help="directory for the PNG files")
     positions.add_argument("--model", metavar="MODEL_DIR", help="size the pictures like this model (and draw its trained relative bias)")
-    positions.set_defaults(func=_later("hf_vanilla.viz", "run_positions"))
+    positions.set_defaults(func=_later("hf_vanilla.tools.viz", "run_positions"))
 
 
 def add_generate(subparsers: argparse._SubParsersAction) -> None:

@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import variants
-from .checkpoint import PICKLE_SUFFIXES, load_complete, staged_folder
-from .output_folder import OutputFolder
+from .checkpoint import PICKLE_SUFFIXES, load_complete
+from .files.atomic import staged_folder
+from .files.output_folder import OutputFolder
 
 if TYPE_CHECKING:
     import torch

@@ -9,6 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, set_seed
+
+from . import register
+from .checkpoint import load_complete
+from .positional import PositionalScheme
+
 logger = logging.getLogger(__name__)
 
 #: Tokens generated when neither the option nor the saved generation config bounds the length.
@@ -21,12 +28,7 @@ EXTRAPOLATION_FACTOR = 4
 
 def load_for_generation(run_dir: str | Path) -> tuple[Any, Any]:
     """The model (AutoModelForSeq2SeqLM for an encoder-decoder, AutoModelForCausalLM otherwise) and its tokenizer."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
-
-    import hf_vanilla  # noqa: F401  (registers the Vanilla classes with the Auto* factories)
-
-    from .checkpoint import load_complete
-
+    register()  # the Auto classes must know hf_vanilla's model type before they read the config
     config = AutoConfig.from_pretrained(run_dir)
     if getattr(config, "architecture", "decoder") == "encoder":
         raise ValueError(f"{run_dir} holds an encoder-only model ({', '.join(config.architectures or ['?'])}), "
@@ -38,8 +40,6 @@ def load_for_generation(run_dir: str | Path) -> tuple[Any, Any]:
 def position_reach(model: Any) -> tuple[int, str]:
     """The most positions ``model`` is run on, and why: its learned table's length, or for a scheme that
     extrapolates :data:`EXTRAPOLATION_FACTOR` times ``max_position_embeddings``."""
-    from .positional import PositionalScheme
-
     tables = [module.hard_max_positions for module in model.modules()
               if isinstance(module, PositionalScheme) and module.hard_max_positions is not None]
     if tables:
@@ -69,9 +69,6 @@ def generate_text(model: Any, tokenizer: Any, prompt: str, *, seed: int = 0, ret
     continuation (only the continuation without ``return_full_text``), an encoder-decoder's the translation.
     ``settings`` left at None take the saved generation config's values; the length is bounded by the model's
     reach (:func:`bounded_max_new_tokens`), and ``say`` is told when it is cut."""
-    import torch
-    from transformers import set_seed
-
     chosen = {key: value for key, value in settings.items() if value is not None}
     saved = model.generation_config
     wanted = chosen.get("max_new_tokens", saved.max_new_tokens or DEFAULT_MAX_NEW_TOKENS)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from hf_vanilla import bench  # noqa: E402
+from hf_vanilla.tools import bench
 
 
 def import_baseline(checkout: Path):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from hf_vanilla.bench import main  # noqa: E402
+from hf_vanilla.tools.bench import main
 
 if __name__ == "__main__":
     sys.exit(main())

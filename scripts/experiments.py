@@ -54,8 +54,8 @@ from transformers import TrainerCallback
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
-from hf_vanilla.checkpoint import atomic_write_text  # noqa: E402
-from hf_vanilla.output_folder import OutputFolder  # noqa: E402
+from hf_vanilla.files.atomic import atomic_write_text  # noqa: E402
+from hf_vanilla.files.output_folder import OutputFolder  # noqa: E402
 from hf_vanilla.training import TrainingDivergedError, get_task, train  # noqa: E402
 from hf_vanilla.training.options import make_options  # noqa: E402
 from hf_vanilla.training.sources import load_task_data  # noqa: E402
@@ -211,7 +211,7 @@ def extrapolation_table(result: dict[str, Any]) -> str:
 
 
 def plot_extrapolation(result: dict[str, Any], path: Path) -> None:
-    from hf_vanilla.viz import Picture, _new_figure
+    from hf_vanilla.tools.viz import Picture, _new_figure
 
     figure = _new_figure(7, 4.5)
     ax = figure.add_subplot(1, 1, 1)
@@ -274,7 +274,7 @@ def warmup_table(result: dict[str, Any]) -> str:
 
 
 def plot_warmup(result: dict[str, Any], path: Path) -> None:
-    from hf_vanilla.viz import Picture, _new_figure
+    from hf_vanilla.tools.viz import Picture, _new_figure
 
     rates = result["learning_rates"]
     figure = _new_figure(6 * len(rates), 4.5)

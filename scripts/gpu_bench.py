@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import torch  # noqa: E402
 
-from hf_vanilla import bench  # noqa: E402
+from hf_vanilla.tools import bench
 
 
 def synchronize(device: torch.device) -> None:

@@ -43,7 +43,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import hf_vanilla  # noqa: F401  (registers the Auto classes)
-from hf_vanilla.output_folder import FolderBusyError, OutputFolder
+from hf_vanilla.files.output_folder import FolderBusyError, OutputFolder
 from hf_vanilla.training import TrainingInterruptedError, train
 from hf_vanilla.training.cli import resume_command
 from hf_vanilla.training.outputs import stop_line

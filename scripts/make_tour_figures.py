@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 import hf_vanilla as hv  # noqa: E402
-from hf_vanilla import viz  # noqa: E402
+from hf_vanilla.tools import viz  # noqa: E402
 
 # Genesis 1:1 in the two public-domain Bibles of the project's translation corpus (bible-en-es).
 TEXT = "In the beginning God created the heaven and the earth ."

@@ -39,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from hf_vanilla import bench  # noqa: E402
+from hf_vanilla.tools import bench
 
 GROUPS = ("matmul", "attention", "element-wise", "views", "other")
 MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addmv", "aten::mv", "aten::dot",
@@ -130,7 +130,7 @@ def time_product(rows: int, fan_in: int, fan_out: int, has_bias: bool, repeats: 
     import torch
     import torch.nn.functional as F  # noqa: N812 -- the usual alias
 
-    from hf_vanilla.cpu_kernels import median_times, onednn_linear
+    from hf_vanilla.tools.cpu_kernels import median_times, onednn_linear
 
     x, weight = torch.randn(rows, fan_in), torch.randn(fan_out, fan_in)
     bias = torch.randn(fan_out) if has_bias else None
@@ -142,7 +142,7 @@ def products(model, token_rows: tuple[int, ...], repeats: int) -> None:
     """Print F.linear against oneDNN's product for each distinct linear shape of ``model`` at each row count."""
     from torch import nn
 
-    from hf_vanilla.cpu_kernels import onednn_available
+    from hf_vanilla.tools.cpu_kernels import onednn_available
 
     if not onednn_available():
         print("products: oneDNN's linear op is not available on this host")

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hf_vanilla.checkpoint import atomic_write_text
+from hf_vanilla.files.atomic import atomic_write_text
 
 #: Chinchilla's and Kaplan's exponents (N_opt ~ C^a, D_opt ~ C^b), printed beside the measured ones.
 REFERENCE_EXPONENTS = {"Chinchilla (Hoffmann et al. 2022)": (0.50, 0.50), "Kaplan et al. 2020": (0.73, 0.27)}
@@ -505,7 +505,7 @@ def scaling_table(record: dict[str, Any]) -> str:
 def plot_scaling(record: dict[str, Any], path: Path) -> None:
     """Three panels: the IsoFLOP curves with their parabolas; N_opt and D_opt against C; the frontier and
     its prediction of the largest budget."""
-    from hf_vanilla.viz import Picture, _new_figure
+    from hf_vanilla.tools.viz import Picture, _new_figure
 
     analysis, runs = record["analysis"], record["runs"]
     figure = _new_figure(17, 4.8)

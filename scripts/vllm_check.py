@@ -853,7 +853,7 @@ SPIN_SECONDS = 1.5
 
 
 def time_engines(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
-    from hf_vanilla.bench import alternate
+    from hf_vanilla.tools.bench import alternate
 
     return alternate(runs, repeats, warmup=1, pause=SPIN_SECONDS)
 
@@ -861,7 +861,7 @@ def time_engines(runs: dict[str, Callable[[], object]], repeats: int) -> dict[st
 def run_bench(args: argparse.Namespace) -> int:
     import torch
 
-    from hf_vanilla.bench import generation
+    from hf_vanilla.tools.bench import generation
 
     shape = Shape()
     out = Path(args.out or tempfile.mkdtemp(prefix="vllm-bench-"))

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from hf_vanilla import bench
 from hf_vanilla.cli import main as cli_main
+from hf_vanilla.tools import bench
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW_KEYS = {"name", "ours", "reference", "unit", "ratio", "tuned", "tuned_ratio", "control_ratio"}
@@ -62,7 +62,7 @@ def test_memory_rows_of_pairs_have_a_tuned_side(tiny_rows):
 def test_tuned_pair_has_the_kernels_on_and_the_same_weights():
     from torch import nn
 
-    from hf_vanilla.cpu_kernels import ATTENTION_NAME, TunedLinear
+    from hf_vanilla.tools.cpu_kernels import ATTENTION_NAME, TunedLinear
 
     pair = bench.build_pair("llama", bench.TINY, cpu_kernels=True)
     assert pair.tuned.config._attn_implementation == ATTENTION_NAME and pair.ours.config._attn_implementation == "sdpa"
@@ -198,7 +198,7 @@ def test_profile_script_runs_on_tiny_models(monkeypatch, capsys):
     for measure in measures:
         assert f"\n{measure}: wall ours" in out
     assert out.count("| matmul |") == 3 and out.count("| other |") == 3
-    from hf_vanilla.cpu_kernels import onednn_available
+    from hf_vanilla.tools.cpu_kernels import onednn_available
 
     if onednn_available():  # x86 builds: one row per distinct linear shape and row count, and the sums
         assert all(f"| {rows} rows, all layers |" in out for rows in (1, 8))

@@ -1,4 +1,4 @@
-"""hf_vanilla.checkpoint: the one list of checkpoint files and the one way to write files and folders atomically."""
+"""hf_vanilla.checkpoint and hf_vanilla.files.atomic: the one list of checkpoint files and the one way to write files and folders atomically."""
 
 import errno
 import json
@@ -13,14 +13,12 @@ import pytest
 import torch
 
 from hf_vanilla import VanillaConfig, VanillaForCausalLM
-from hf_vanilla.checkpoint import (
+from hf_vanilla.checkpoint import code_files, ensure_code_files, loading_files
+from hf_vanilla.files.atomic import (
     atomic_write_bytes,
     atomic_write_json,
-    code_files,
     disk_full_error,
-    ensure_code_files,
     is_model_file,
-    loading_files,
     save_pretrained_atomic,
     staged_folder,
 )
@@ -141,7 +139,7 @@ def test_a_save_killed_midway_leaves_the_previous_checkpoint_loadable(tmp_path):
     script = textwrap.dedent(f"""
         import os, torch
         from hf_vanilla import VanillaConfig, VanillaForCausalLM
-        from hf_vanilla.checkpoint import save_pretrained_atomic
+        from hf_vanilla.files.atomic import save_pretrained_atomic
         model = VanillaForCausalLM(VanillaConfig.from_preset("tiny-gpt2"))
         def dying_state_dict(self, *args, **kwargs):
             os._exit(9)  # SIGKILL-like: no cleanup, no finally blocks
@@ -194,7 +192,7 @@ def test_is_model_file(name, expected):
 
 
 def test_a_staging_folder_in_use_by_another_writer_is_not_removed(tmp_path):
-    from hf_vanilla.checkpoint import held_lock, remove_stale_staging
+    from hf_vanilla.files.atomic import held_lock, remove_stale_staging
 
     live, dead = tmp_path / ".staging-corpus-live", tmp_path / ".staging-corpus-dead"
     live.mkdir(), dead.mkdir()

@@ -1,4 +1,4 @@
-"""hf_vanilla.cpu_kernels: off by default; when on, each kernel computes what plain torch does, steps aside
+"""hf_vanilla.tools.cpu_kernels: off by default; when on, each kernel computes what plain torch does, steps aside
 wherever it was not measured, and runs only where its measurement on this host chose it."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from torch import nn
 
 from hf_vanilla import VanillaForCausalLM, VanillaForSeq2SeqLM
-from hf_vanilla import cpu_kernels as kernels
-from hf_vanilla.cpu_kernels import (
+from hf_vanilla.tools import cpu_kernels as kernels
+from hf_vanilla.tools.cpu_kernels import (
     ATTENTION_NAME,
     Autotuner,
     TunedLinear,
@@ -72,10 +72,10 @@ def test_importing_the_package_changes_nothing():
         "torch.manual_seed(0); expected = torch.rand(3); torch.manual_seed(0)\n"
         "import hf_vanilla\n"
         "from transformers import AttentionInterface\n"
-        "assert 'hf_vanilla.cpu_kernels' not in sys.modules, 'imported'\n"
+        "assert 'hf_vanilla.tools.cpu_kernels' not in sys.modules, 'imported'\n"
         f"assert {ATTENTION_NAME!r} not in AttentionInterface._global_mapping, 'registered'\n"
         "assert torch.equal(torch.rand(3), expected), 'random stream moved'\n"
-        "import hf_vanilla.cpu_kernels\n"
+        "import hf_vanilla.tools.cpu_kernels\n"
         f"assert {ATTENTION_NAME!r} not in AttentionInterface._global_mapping, 'registered by the module import'\n"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)

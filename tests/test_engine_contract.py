@@ -89,7 +89,7 @@ def test_an_auto_map_entry_already_in_the_config_is_kept(tmp_path):
 
 
 def test_the_saved_card_still_loads_the_saved_head():
-    from hf_vanilla.card import saved_auto_class
+    from hf_vanilla.publishing.card import saved_auto_class
 
     config = {"architectures": ["VanillaForCausalLM"], "auto_map": EXPECTED_AUTO_MAP["decoder"]}
     assert saved_auto_class(config) == "AutoModelForCausalLM"

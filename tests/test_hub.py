@@ -25,8 +25,8 @@ from transformers import AutoTokenizer
 
 import hf_vanilla as hv
 from hf_vanilla import cli
-from hf_vanilla.card import build_model_card
-from hf_vanilla.hub import model_card_text, plan_upload, push_run
+from hf_vanilla.publishing.card import build_model_card
+from hf_vanilla.publishing.hub import model_card_text, plan_upload, push_run
 from tests.factories import tiny_model, tiny_tokenizer
 from tests.hub_fixtures import FakeHfApi, copy_run
 from tests.hub_server import TOKEN, USER, LocalHub
@@ -199,12 +199,13 @@ def test_the_one_card_template_ships_in_the_wheel(tmp_path: Path) -> None:
     (wheel,) = tmp_path.glob("hf_vanilla-*.whl")
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel) as archive:
-        assert archive.read("hf_vanilla/model_card.md") == (REPO_ROOT / "hf_vanilla" / "model_card.md").read_bytes()
+        assert archive.read("hf_vanilla/publishing/model_card.md") == (
+            REPO_ROOT / "hf_vanilla" / "publishing" / "model_card.md").read_bytes()
         archive.extractall(site)
     render = textwrap.dedent(
         """
         import sys
-        from hf_vanilla import card
+        from hf_vanilla.publishing import card
         assert card.__file__.startswith(sys.argv[1]), card.__file__
         text = str(card.build_saved_model_card({"architecture": "decoder", "hidden_size": 8,
                    "auto_map": {"AutoModelForCausalLM": "modeling_vanilla.VanillaForCausalLM"}}, "me/m"))

@@ -141,7 +141,7 @@ def module_calls_of_one_decoding_step(model: PreTrainedModel, prompt: torch.Tens
 def test_a_decoding_step_makes_no_more_module_calls_than_llama():
     """At batch 1 a decoding step is mostly Python, module calls its largest part: ours may make one more than
     LlamaForCausalLM with the same shape (the bare model that wraps the stack for all three families), no more."""
-    from hf_vanilla import bench
+    from hf_vanilla.tools import bench
 
     pair = bench.build_pair("llama", bench.TINY)
     prompt = torch.randint(0, bench.TINY.vocab, (1, 4), generator=torch.Generator().manual_seed(0))

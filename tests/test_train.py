@@ -31,8 +31,9 @@ from transformers import TrainerCallback
 import hf_vanilla  # noqa: F401  (registers the Auto classes)
 from hf_vanilla import training as T
 from hf_vanilla.corpora import CorpusUnavailableError
-from hf_vanilla.training import metrics as M
+from hf_vanilla.tasks import metrics as M
 from hf_vanilla.training import options, sources
+from hf_vanilla.training import run as training_run
 
 WORDS = ("the king queen crown sword castle night day love war peace speak hear see thou thee my lord good "
          "sir noble heart blood honour death fair sweet").split()
@@ -268,7 +269,7 @@ def test_generate_prints_the_prompt_and_its_continuation_as_the_pipeline_does(re
 
 
 def test_build_model_card_is_reusable(reference_run, tmp_path):
-    from hf_vanilla.card import build_model_card
+    from hf_vanilla.publishing.card import build_model_card
 
     card = build_model_card(reference_run[0], model_id="someone/tiny-shakespeare")
     assert card.data.model_name == "someone/tiny-shakespeare"
@@ -603,7 +604,7 @@ def test_no_lock_file_is_left_beside_a_finished_run(reference_run):
 def test_run_lock_refuses_a_live_holder_and_not_a_dead_ones_file(tmp_path):
     """filelock (portable) keeps fcntl's semantics: held means refused, naming the holder; a file left by a killed
     process does not block; the lock file goes with the lock."""
-    from hf_vanilla.output_folder import LOCK, OutputFolder
+    from hf_vanilla.files.output_folder import LOCK, OutputFolder
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -697,7 +698,7 @@ def _until_ctrl_c(call, *args, **kwargs):
 
 #: Where Ctrl-C lands before training: reading the corpus, training the tokenizer (not yet saved), tokenising the
 #: data (the tokenizer is saved), building the Trainer.
-BEFORE_TRAINING = {"corpus": (sources, "load_task_data"), "tokenizer": (type(T.get_task("clm")), "build_tokenizer"),
+BEFORE_TRAINING = {"corpus": (training_run, "load_task_data"), "tokenizer": (type(T.get_task("clm")), "build_tokenizer"),
                    "tokenising": (type(T.get_task("clm")), "tokenize")}
 
 
@@ -786,10 +787,10 @@ AFTER_TRAINING = {"evaluation": (type(T.get_task("clm")), "evaluate"),
 
 @pytest.mark.parametrize("where", [*AFTER_TRAINING, "card"])
 def test_ctrl_c_after_training_keeps_the_model_and_resume_finishes(corpus, tmp_path, monkeypatch, where):
-    import hf_vanilla.card
+    import hf_vanilla.training.outputs
     from hf_vanilla.training.trainer import checkpoint_problem, checkpoint_step
 
-    owner, name = AFTER_TRAINING.get(where, (hf_vanilla.card, "build_model_card"))
+    owner, name = AFTER_TRAINING.get(where, (hf_vanilla.training.outputs, "build_model_card"))
     options = dict(TINY, data_files=text_files(corpus), eval_steps=3, save_steps=3, logging_steps=1)
     run_dir = tmp_path / "run"
     with monkeypatch.context() as patch:
@@ -996,8 +997,8 @@ def test_the_main_job_compares_recipes_by_fields_and_rates_over_its_own():
     import argparse
     import runpy
 
+    from hf_vanilla.tasks import get_task
     from hf_vanilla.training.options import make_options
-    from hf_vanilla.training.tasks import get_task
 
     job = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "main_job.py"))
     args = job["parse_args"](["--config", '{"norm_position": "post"}', "--learning-rate", "3e-3", "--warmup-steps", "0"])
@@ -1016,7 +1017,7 @@ def test_the_main_job_compares_recipes_by_fields_and_rates_over_its_own():
 
 
 def test_curves_end_with_the_final_validation_point():
-    from hf_vanilla.viz import training_curves
+    from hf_vanilla.tools.viz import training_curves
 
     history = [{"loss": 3.0, "step": 1}, {"eval_loss": 2.9, "step": 3}, {"loss": 2.5, "step": 4},
                {"validation_loss": 2.4, "step": 4}, {"train_runtime": 1.0, "step": 4}]
@@ -1040,7 +1041,7 @@ def test_cpu_kernels_train_with_the_tuned_layers_and_save_a_plain_model(corpus, 
     """--cpu-kernels swaps the layers during training only: the saved model is the ordinary one."""
     from transformers import AutoModelForCausalLM
 
-    from hf_vanilla.cpu_kernels import ATTENTION_NAME, TunedLinear
+    from hf_vanilla.tools.cpu_kernels import ATTENTION_NAME, TunedLinear
 
     seen = {}
 
@@ -1063,9 +1064,9 @@ def test_cpu_kernels_train_with_the_tuned_layers_and_save_a_plain_model(corpus, 
 def test_the_clm_default_model_is_pre_norm_and_the_papers_block_is_one_flag_away():
     """Post-norm sits on the unigram plateau at small budgets (docs/training.md): the CLI's default model must not."""
     from hf_vanilla.corpora import train_tokenizer
+    from hf_vanilla.tasks import get_task
     from hf_vanilla.training.cli import build_parser, parse
     from hf_vanilla.training.run import build_config
-    from hf_vanilla.training.tasks import get_task
 
     clm = get_task("clm")
     tokenizer = train_tokenizer([" ".join(WORDS)] * 20, kind="bpe", vocab_size=300, add_eos=False)
@@ -1086,7 +1087,7 @@ def test_the_main_job_started_twice_says_the_first_is_in_progress_in_one_line(tm
     traceback and not the --resume advice that the lock would then refuse."""
     import runpy
 
-    from hf_vanilla.output_folder import OutputFolder
+    from hf_vanilla.files.output_folder import OutputFolder
 
     run_dir = tmp_path / "main-shakespeare"
     main = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "main_job.py"))["main"]

@@ -1,8 +1,6 @@
-"""hf_vanilla.viz: every picture renders headless to a real, non-blank PNG, and the numbers it draws are right."""
+"""hf_vanilla.tools.viz: every picture renders headless to a real, non-blank PNG, and the numbers it draws are right."""
 
 from __future__ import annotations
-
-import sys
 
 import pytest
 import torch
@@ -11,8 +9,9 @@ pytest.importorskip("matplotlib")
 
 from matplotlib.image import imread  # noqa: E402
 
-from hf_vanilla import cli, viz  # noqa: E402
+from hf_vanilla import cli
 from hf_vanilla.positional import alibi_slopes, relative_position_bucket, rotate, sinusoid_table  # noqa: E402
+from hf_vanilla.tools import viz
 from tests.factories import model_inputs, padded_batch, tiny_model  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -320,8 +319,3 @@ def test_cli_positions_writes_every_picture(tmp_path):
     for name in names:
         assert_png(tmp_path / "pos" / name)
 
-
-def test_missing_matplotlib_names_the_extra(monkeypatch):
-    monkeypatch.setitem(sys.modules, "matplotlib.backends.backend_agg", None)
-    with pytest.raises(ImportError, match=r"hf_vanilla\[viz\]"):
-        viz.plot_sinusoidal(length=4, dim=8)

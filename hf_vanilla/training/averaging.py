@@ -9,6 +9,8 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .trainer import recorded_checkpoints
+
 if TYPE_CHECKING:
     import torch
     from datasets import Dataset
@@ -19,8 +21,6 @@ logger = logging.getLogger(__name__)
 
 def newest_checkpoints(run_dir: Path, count: int) -> list[Path]:
     """The ``count`` newest ``checkpoint-N`` folders the run's record lists, oldest first."""
-    from .trainer import recorded_checkpoints
-
     return recorded_checkpoints(run_dir)[-count:]
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from transformers import TrainerCallback
 
 if TYPE_CHECKING:
-    from ..output_folder import OutputFolder
+    from ..files.output_folder import OutputFolder
 
 logger = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..tasks import TASKS
 from .options import TrainOptions, check_ranges
-from .tasks import TASKS
 
 DESCRIPTION = ("Train an hf_vanilla model with transformers' Trainer; run it under `accelerate launch` for DDP / "
                "FSDP / DeepSpeed. Writes the model, tokenizer, metrics, curves and a model card into --output-dir.")

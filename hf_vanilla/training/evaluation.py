@@ -15,21 +15,21 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import transformers
+
+from .. import register
 from ..checkpoint import load_complete
+from ..corpora import CorpusUnavailableError
+from ..tasks import Evaluation, get_task
 from .options import make_options
+from .run import has_accelerator, make_trainer, training_arguments
 from .rundir import RUN_RECORD, read_record
-from .tasks import Evaluation, get_task
+from .sources import load_task_data
 
 
 def evaluate_run(run_dir: str | os.PathLike[str], eval_batch_size: int | None = None) -> Evaluation:
     """The task's final evaluation (validation and test metrics, the baseline) of the model saved in ``run_dir``."""
-    import transformers
-
-    import hf_vanilla  # noqa: F401  (registers the Vanilla classes with the Auto* factories)
-
-    from .run import has_accelerator, make_trainer, training_arguments
-    from .sources import load_task_data
-
+    register()  # the Auto classes must know hf_vanilla's model type before they read the config
     run_dir = Path(run_dir)
     if not (run_dir / RUN_RECORD).is_file():
         raise FileNotFoundError(f"{run_dir} has no {RUN_RECORD}: evaluate needs a folder written by `hf-vanilla train`")
@@ -52,8 +52,6 @@ def evaluate_run(run_dir: str | os.PathLike[str], eval_batch_size: int | None = 
 
 def run_evaluate(args: argparse.Namespace) -> int:
     """``hf-vanilla evaluate RUN`` (its arguments: :mod:`hf_vanilla.commands`): the metrics and baseline as JSON."""
-    from ..corpora import CorpusUnavailableError
-
     try:
         evaluation = evaluate_run(args.run_dir, args.batch_size)
     except (CorpusUnavailableError, ValueError, OSError, KeyError) as error:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from .tasks import Task
+    from ..tasks import Task
 
 #: Size presets for training runs; the family comes from the task. VanillaConfig preset names
 #: (``transformer-base``, ``gpt2``, ``bert-base``, ...) are accepted too.
@@ -116,7 +116,7 @@ class TrainOptions:
     bf16: bool = field(default=False, metadata=_opt("bfloat16 autocast"))
     use_cpu: bool = field(default=False, metadata=_opt("train on the CPU even when a GPU is present"))
     cpu_kernels: bool = field(default=False, metadata=_opt(
-        "opt-in CPU kernels (hf_vanilla.cpu_kernels: oneDNN linear layers, single-token attention), each kept "
+        "opt-in CPU kernels (hf_vanilla.tools.cpu_kernels: oneDNN linear layers, single-token attention), each kept "
         "only for the shapes where it measures faster on this machine; the saved model is unchanged"))
     time_limit_minutes: float | None = field(default=None, metadata=_opt(
         "stop training after this long, then evaluate and save as usual; a run cut short says STOPPED EARLY in "

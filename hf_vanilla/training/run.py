@@ -17,12 +17,35 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..checkpoint import clear_disk_errors, ensure_code_files, shipped_auto_map
-from ..output_folder import OutputFolder
+from ..checkpoint import ensure_code_files, shipped_auto_map
+from ..configuration_vanilla import VanillaConfig
+from ..files.atomic import clear_disk_errors
+from ..files.output_folder import OutputFolder
+from ..presets import PRESETS, preset_fields
+from ..tasks import Task, get_task
+from ..tools.cpu_kernels import enable_cpu_kernels
 from . import rundir
+from .averaging import average_if_better
+from .callbacks import KeepOnFirstSave, NonFiniteLossGuard, StepTimer, StopOnInterrupt, TimeLimit
 from .options import SIZE_PRESETS, TrainOptions, check_attention_kernel, check_init_from, make_options
-from .outputs import how_to_resume
-from .tasks import Task, get_task
+from .outputs import (
+    completion,
+    how_to_resume,
+    median_step_time,
+    run_record,
+    stop_line,
+    timing,
+    write_outputs,
+    write_run_record,
+)
+from .sources import load_task_data
+from .trainer import (
+    checkpoint_step,
+    find_resume_checkpoint,
+    load_finished_checkpoint,
+    recorded_checkpoints,
+    trainer_classes,
+)
 
 if TYPE_CHECKING:
     from transformers import TrainerCallback
@@ -78,7 +101,7 @@ def train(task: str, output_dir: str | os.PathLike[str], *, callbacks: Sequence[
             training it evaluates and writes the outputs without training further).
         RunDirectoryBusyError: another process is writing ``output_dir``.
         FileExistsError: ``output_dir`` holds files hf_vanilla did not write (``--overwrite`` and ``--resume``
-            touch only a run's own files: see :mod:`hf_vanilla.output_folder`).
+            touch only a run's own files: see :mod:`hf_vanilla.files.output_folder`).
         hf_vanilla.corpora.CorpusUnavailableError: the default corpus is neither cached nor fetchable.
     """
     task_ = get_task(task)
@@ -109,7 +132,6 @@ def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list,
         resume_from = resume_checkpoint(run_dir, opts)
         with ctrl_c_ends_the_run(run_dir, is_main, BEFORE_TRAINING, resume_command, resumed_from=resume_from):
             with state.main_process_first():  # the main process trains the tokenizer and fills the caches
-                from .sources import load_task_data
 
                 raw, description = load_task_data(task, opts)
                 tokenizer = obtain_tokenizer(task, raw, run_dir, opts, resume_from, is_main)
@@ -135,7 +157,6 @@ def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list,
                           world=state.num_processes, distributed_type=distributed_type, resumed_from=resume_from)
             if is_main:
                 warn_if_fsdp_dropped(distributed_type)
-                from .outputs import run_record, write_run_record
 
                 write_run_record(folder, run_record(task, opts, status="running", **record))
         with ctrl_c_ends_the_run(run_dir, is_main, DURING_TRAINING, resume_command):
@@ -165,8 +186,6 @@ def has_accelerator() -> bool:
 
 def resume_checkpoint(run_dir: Path, opts: TrainOptions) -> Path | None:
     """The checkpoint to continue from (the newest readable one), or None for a fresh start."""
-    from .trainer import find_resume_checkpoint
-
     if not opts.resume or (opts.resume == "latest" and not run_dir.is_dir()):
         return None
     return find_resume_checkpoint(run_dir, opts.resume)
@@ -202,17 +221,12 @@ def build_model(task: Task, tokenizer, raw, opts: TrainOptions):
             model_class._from_config(config, attn_implementation=opts.attn_implementation)
     task.set_generation_defaults(model, tokenizer, opts)
     if opts.cpu_kernels:
-        from ..cpu_kernels import enable_cpu_kernels
-
         logger.info("--cpu-kernels: %s", enable_cpu_kernels(model).format())
     return model
 
 
 def build_config(task: Task, tokenizer, raw, opts: TrainOptions):
     """Size preset, the task's family, vocabulary and special tokens from the tokenizer, then overrides."""
-    from ..configuration_vanilla import VanillaConfig
-    from ..presets import PRESETS, preset_fields
-
     if opts.preset not in SIZE_PRESETS and opts.preset not in PRESETS:
         raise ValueError(f"unknown preset {opts.preset!r}; choose one of {sorted({*SIZE_PRESETS, *PRESETS})}")
     if opts.preset in SIZE_PRESETS:  # sizes only: the task's model defaults; a named preset keeps its layout
@@ -329,8 +343,6 @@ class RunCallbacks:
 
     @classmethod
     def make(cls, opts: TrainOptions, folder: OutputFolder, extra: list) -> RunCallbacks:
-        from .callbacks import KeepOnFirstSave, NonFiniteLossGuard, StepTimer, StopOnInterrupt, TimeLimit
-
         return cls(NonFiniteLossGuard(), StepTimer(), StopOnInterrupt(),
                    TimeLimit(opts.time_limit_minutes) if opts.time_limit_minutes else None,
                    KeepOnFirstSave(folder), list(extra))
@@ -351,8 +363,6 @@ def claim_tracker_logs(folder: OutputFolder, opts: TrainOptions) -> None:
 
 
 def make_trainer(task: Task, model, args, tokenizer, data, opts: TrainOptions, callbacks: list):
-    from .trainer import trainer_classes
-
     plain, seq2seq = trainer_classes()
     preprocess, compute_metrics = task.metric_functions(tokenizer)
     return (seq2seq if task.seq2seq else plain)(
@@ -372,8 +382,6 @@ def warn_if_fsdp_dropped(distributed_type: str) -> None:
 def fit(trainer, resume_from: Path | None, total_steps: int, interrupt) -> float:
     """Train (or continue); a checkpoint already at the last step is loaded, not trained further. However
     training ends, Ctrl-C gets its handler back from ``interrupt`` (StopOnInterrupt)."""
-    from .trainer import checkpoint_step, load_finished_checkpoint
-
     start = time.perf_counter()
     if resume_from is not None and checkpoint_step(resume_from) >= total_steps:
         logger.warning("%s is at step %d of %d: nothing left to train; evaluating and saving it",
@@ -410,8 +418,6 @@ def check_stopped(run_dir: Path, trainer, callbacks: RunCallbacks, is_main: bool
 
 def newest_checkpoint(run_dir: Path) -> str | None:
     """The run's newest recorded checkpoint (the one --resume goes on from), or None."""
-    from .trainer import recorded_checkpoints
-
     checkpoints = recorded_checkpoints(run_dir) if run_dir.is_dir() else []
     return str(checkpoints[-1]) if checkpoints else None
 
@@ -442,8 +448,6 @@ def ctrl_c_ends_the_run(run_dir: Path, is_main: bool, stage: str, resume_command
 def interrupted(run_dir: Path, is_main: bool, stage: str, last: str | None, max_steps: int | None,
                 resume_command: str | None) -> TrainingInterruptedError:
     """The error for Ctrl-C at ``stage`` (recorded in run.json when there is a checkpoint to go on from)."""
-    from .trainer import checkpoint_step
-
     if last is None:  # the run's undo puts the output directory back as the run found it
         return TrainingInterruptedError(f"interrupted {stage}: nothing was trained (no checkpoint was saved). To "
                                         "start again, run the same command.", None)
@@ -465,8 +469,6 @@ def finish(task: Task, folder: OutputFolder, opts: TrainOptions, trainer, raw, d
            callbacks: RunCallbacks, record: dict, *, t_start: float, train_seconds: float, is_main: bool,
            use_cache: bool, resume_command: str | None) -> RunResult:
     """Evaluate, sample, save the model and write the run's records, curves and card."""
-    from .outputs import completion, median_step_time, run_record, stop_line, timing, write_outputs
-
     run_dir = folder.path
     averaging = average_checkpoints(task, run_dir, opts, trainer, data)
     evaluation = task.evaluate(trainer, data, tokenizer, opts)
@@ -508,7 +510,6 @@ def average_checkpoints(task: Task, run_dir: Path, opts: TrainOptions, trainer, 
     better on validation (the report says which was kept), else None when not asked for."""
     if opts.average_checkpoints < 2:
         return None
-    from .averaging import average_if_better
 
     metric, higher_is_better = task.selection_metric
     return average_if_better(trainer, run_dir, opts.average_checkpoints, data["validation"], metric, higher_is_better)

@@ -1,7 +1,7 @@
 """A run's record, ``run.json``: what ran (task, options, data, environment) and how it ended (its status).
 
 The run folder itself -- which files are the run's own, its lock, replacing an old run -- belongs to
-:mod:`hf_vanilla.output_folder`.
+:mod:`hf_vanilla.files.output_folder`.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import atomic_write_json
-from ..output_folder import FolderBusyError
+from ..files.atomic import atomic_write_json
+from ..files.output_folder import FolderBusyError
 
 RUN_RECORD = "run.json"
 

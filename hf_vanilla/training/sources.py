@@ -6,11 +6,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..corpora import load_local_files, load_named_dataset
+
 if TYPE_CHECKING:
     from datasets import DatasetDict
 
+    from ..tasks import Task
     from .options import TrainOptions
-    from .tasks import Task
 
 SPLITS = ("train", "validation", "test")
 
@@ -49,8 +51,6 @@ def check_data_files(entries: Sequence[str]) -> None:
 
 def load_raw(task: Task, opts: TrainOptions) -> tuple[DatasetDict, dict[str, Any]]:
     """The splits as read, before the task's column normalisation, and where they came from."""
-    from ..corpora import load_local_files, load_named_dataset
-
     if opts.data_files:
         check_data_files(opts.data_files)
         files = parse_data_files(opts.data_files)

@@ -10,8 +10,9 @@ import re
 import shutil
 from pathlib import Path
 
-from ..checkpoint import clear_disk_errors, ensure_code_files, fsync_path, fsync_tree, make_shareable
-from ..output_folder import OutputFolder, own_files
+from ..checkpoint import ensure_code_files
+from ..files.atomic import clear_disk_errors, fsync_path, fsync_tree, make_shareable
+from ..files.output_folder import OutputFolder, own_files
 
 logger = logging.getLogger(__name__)
 

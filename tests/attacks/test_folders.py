@@ -22,7 +22,14 @@ import pytest
 import hf_vanilla  # noqa: F401  (registers the Auto classes)
 from hf_vanilla import training as T
 from hf_vanilla.convert import convert_checkpoint
-from hf_vanilla.output_folder import JOURNAL, RECORD, REPLACED, OutputFolder, UntrustedRecordError, own_files
+from hf_vanilla.files.output_folder import (
+    JOURNAL,
+    RECORD,
+    REPLACED,
+    OutputFolder,
+    UntrustedRecordError,
+    own_files,
+)
 from tests.factories import tiny_model
 from tests.test_train import TINY, corpus, text_files  # noqa: F401  (corpus is a fixture)
 
@@ -256,7 +263,7 @@ def test_links_inside_the_folder_are_neither_followed_nor_replaced(tmp_path):
 
 
 def test_an_atomic_save_into_a_symlinked_folder_keeps_the_link(tmp_path):
-    from hf_vanilla.checkpoint import save_pretrained_atomic
+    from hf_vanilla.files.atomic import save_pretrained_atomic
 
     target = tmp_path / "elsewhere"
     target.mkdir()

@@ -88,7 +88,7 @@ def test_a_newest_checkpoint_without_its_tokenizer_is_skipped_for_the_previous_o
     import torch
     from safetensors.torch import save_file
 
-    from hf_vanilla.output_folder import OutputFolder
+    from hf_vanilla.files.output_folder import OutputFolder
     from hf_vanilla.training.trainer import find_resume_checkpoint
 
     for step, tokenizer in ((2, "{}"), (4, None), (6, '{"trunc')):

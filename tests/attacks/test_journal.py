@@ -24,7 +24,15 @@ import pytest
 
 import hf_vanilla  # noqa: F401  (registers the Auto classes)
 from hf_vanilla import training as T
-from hf_vanilla.output_folder import JOURNAL, LOCK, RECORD, REPLACED, FolderBusyError, OutputFolder, own_files
+from hf_vanilla.files.output_folder import (
+    JOURNAL,
+    LOCK,
+    RECORD,
+    REPLACED,
+    FolderBusyError,
+    OutputFolder,
+    own_files,
+)
 from tests.attacks.test_folders import snapshot
 from tests.test_train import TINY, corpus, text_files  # noqa: F401  (corpus is a fixture)
 
@@ -223,7 +231,7 @@ def test_a_sigkilled_overwrite_is_recovered(tmp_path):
     before = snapshot(run_dir)
     child = textwrap.dedent(f"""
         import os, sys, time
-        from hf_vanilla.output_folder import OutputFolder
+        from hf_vanilla.files.output_folder import OutputFolder
         rename, calls = os.replace, []
         def slow(*args):
             calls.append(args)
@@ -249,7 +257,7 @@ def test_a_sigkilled_overwrite_is_recovered(tmp_path):
 def test_a_journal_whose_aside_folder_is_a_link_moves_nothing_in(tmp_path):
     """A hand-made journal beside a ``.hf_vanilla-replaced`` that links elsewhere would pull that folder's files
     into the run folder on recovery: refused, nothing moved."""
-    from hf_vanilla.output_folder import UntrustedRecordError
+    from hf_vanilla.files.output_folder import UntrustedRecordError
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from transformers import TrainerControl, TrainerState
 
+from hf_vanilla.tasks import get_task
 from hf_vanilla.training import options as O
 from hf_vanilla.training import sources, train
 from hf_vanilla.training.callbacks import NonFiniteLossGuard
 from hf_vanilla.training.cli import parse
-from hf_vanilla.training.tasks import get_task
 
 OUT_OF_RANGE = [  # (task, option, value, the allowed range the message names)
     ("mlm", "mlm_probability", 0.0, "in (0, 1]"),

@@ -17,11 +17,11 @@ from huggingface_hub.utils import get_session
 from safetensors.torch import save_file
 
 from hf_vanilla import cli
-from hf_vanilla.card import build_model_card
 from hf_vanilla.checkpoint import code_files
-from hf_vanilla.hub import model_card_text, plan_upload, push_run
-from hf_vanilla.output_folder import OutputFolder
-from hf_vanilla.training.tasks import get_task
+from hf_vanilla.files.output_folder import OutputFolder
+from hf_vanilla.publishing.card import build_model_card
+from hf_vanilla.publishing.hub import model_card_text, plan_upload, push_run
+from hf_vanilla.tasks import get_task
 from tests.factories import tiny_model, tiny_tokenizer
 from tests.hub_fixtures import FakeHfApi, copy_run
 from tests.hub_server import TOKEN, LocalHub
@@ -281,7 +281,7 @@ def test_a_push_publishes_no_local_path_and_no_text_of_private_data_unless_asked
 
 
 def test_samples_of_public_corpora_and_of_the_users_own_prompts_are_published() -> None:
-    from hf_vanilla.training.outputs import public_run_files
+    from hf_vanilla.publishing.public import public_run_files
 
     metrics = {"samples": [{"prompt": "MACBETH.", "sampled": " hail"}]}
     for record in ({"task": "clm", "dataset": {"source": "hf_vanilla.corpora", "name": "shakespeare"}},

@@ -11,8 +11,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from transformers import PreTrainedTokenizerFast
 
-from hf_vanilla import viz
 from hf_vanilla.positional import ALiBiPositions, build_positional_scheme
+from hf_vanilla.tools import viz
 from tests.factories import tiny_config, tiny_model
 
 

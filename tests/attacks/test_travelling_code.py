@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hf_vanilla.configuration_vanilla import auto_map_for
-from hf_vanilla.hub import plan_upload, push_run
+from hf_vanilla.publishing.hub import plan_upload, push_run
 from hf_vanilla.training import train
 from tests.factories import tiny_model, tiny_tokenizer
 from tests.hub_fixtures import FakeHfApi

@@ -16,9 +16,10 @@ from safetensors.torch import load_file, save_file
 
 import hf_vanilla as hv
 from hf_vanilla import variants
-from hf_vanilla.checkpoint import load_complete, save_pretrained_atomic
+from hf_vanilla.checkpoint import load_complete
 from hf_vanilla.configuration_vanilla import field_is_active, inactive_rule
 from hf_vanilla.convert import convert_checkpoint
+from hf_vanilla.files.atomic import save_pretrained_atomic
 from tests.factories import (
     BACKENDS,
     FAMILIES,
@@ -218,7 +219,7 @@ def test_save_killed_midway_leaves_previous_checkpoint_intact(tmp_path):
                 handle.write(b"partial")
             os._exit(137)  # as abrupt as SIGKILL: no cleanup, no exception handlers
         mu.safe_save_file = dies_midway
-        from hf_vanilla.checkpoint import save_pretrained_atomic
+        from hf_vanilla.files.atomic import save_pretrained_atomic
         save_pretrained_atomic(tiny_model("decoder", "rope", seed=99), {str(tmp_path / "ckpt")!r})
     """)
     result = subprocess.run([sys.executable, "-c", script], cwd=os.getcwd(), capture_output=True, text=True)

@@ -17,8 +17,8 @@ without reading pixels. Pass ``path=`` to also write a PNG.
 Command line: ``hf-vanilla attention MODEL_DIR "text" --out FILE.png`` and
 ``hf-vanilla positions --out DIR``.
 
-matplotlib is an optional extra (``pip install 'hf_vanilla[viz]'``), imported only when something is
-drawn. Figures are built on the Agg canvas directly, never through pyplot: nothing opens a window,
+matplotlib is the [viz] extra (``pip install 'hf_vanilla[viz]'``); importing this module without it fails in one
+line that says so. Figures are built on the Agg canvas directly, never through pyplot: nothing opens a window,
 nothing needs a display, and no global figure state leaks between calls.
 """
 
@@ -30,14 +30,34 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
-import torch
+from ..extras import require_extra
 
-from .configuration_vanilla import VanillaConfig
-from .modeling_vanilla import VanillaDecoder, VanillaEncoder
-from .positional import (
+require_extra("viz", __name__)  # before matplotlib's import, so a missing extra is one line naming it
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from transformers import (  # noqa: E402
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForMaskedLM,
+    AutoModelForQuestionAnswering,
+    AutoModelForSeq2SeqLM,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+)
+
+from .. import register  # noqa: E402
+from ..checkpoint import load_complete  # noqa: E402
+from ..configuration_vanilla import VanillaConfig  # noqa: E402
+from ..modeling_vanilla import VanillaDecoder, VanillaEncoder  # noqa: E402
+from ..positional import (  # noqa: E402
     ALiBiPositions,
     RelativePositionBias,
     RotaryPositions,
@@ -46,23 +66,11 @@ from .positional import (
     sinusoid_table,
 )
 
-if TYPE_CHECKING:  # only for annotations: matplotlib stays optional at import time
-    from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
-
 #: Which attention a map comes from: self-attention of the encoder or decoder, or the decoder's cross-attention.
 KINDS = ("encoder", "decoder", "cross")
 
-INSTALL_HINT = "pip install 'hf_vanilla[viz]'"
-
-
 def _new_figure(width: float, height: float) -> Figure:
     """A Figure on an Agg canvas: headless by construction, whatever backend pyplot would pick."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as error:
-        raise ImportError(f"hf_vanilla.viz draws with matplotlib, which is not installed: {INSTALL_HINT}") from error
     figure = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(figure)
     return figure
@@ -922,22 +930,7 @@ def plot_training_curves(log_history: Sequence[Mapping[str, Any]], task: str = "
 
 def load_model_and_tokenizer(model_dir: str | Path) -> tuple[torch.nn.Module, Any]:
     """The model saved in ``model_dir`` (with its own task head, so strict loading finds every weight) and its tokenizer."""
-    from transformers import (
-        AutoConfig,
-        AutoModel,
-        AutoModelForCausalLM,
-        AutoModelForMaskedLM,
-        AutoModelForQuestionAnswering,
-        AutoModelForSeq2SeqLM,
-        AutoModelForSequenceClassification,
-        AutoModelForTokenClassification,
-        AutoTokenizer,
-    )
-
-    import hf_vanilla  # noqa: F401  (registers the Vanilla classes with the Auto* factories)
-
-    from .checkpoint import load_complete
-
+    register()  # the Auto classes must know hf_vanilla's model type before they read the config
     config = AutoConfig.from_pretrained(model_dir)
     saved = set(config.architectures or ())
     # Load the class that saved the checkpoint: a bare AutoModel would refuse a head's extra weights.

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...markdown import code_block, code_span
 from .base import Evaluation, final_split
 from .language_model import LanguageModelTask
+from .markdown import code_block, code_span
 
 if TYPE_CHECKING:
     from datasets import Dataset, DatasetDict
     from transformers import PreTrainedTokenizerBase
 
-    from ..options import TrainOptions
+    from ..training.options import TrainOptions
 
 #: Prompts for samples of a model trained on the default Shakespeare corpus (Macbeth is a held-out
 #: test work, so its names test generalisation, not recall).
@@ -36,7 +36,7 @@ class CausalLM(LanguageModelTask):
         """Byte-level BPE without automatic special tokens (documents are joined with ``</s>`` when
         tokenising, and prompts must not end in ``</s>``); left padding for batched generation,
         passed to the constructor so that it is saved with the tokenizer."""
-        from ...corpora import iter_texts, train_tokenizer
+        from ..corpora import iter_texts, train_tokenizer
 
         return train_tokenizer(iter_texts(train_split, ("text",)), kind=opts.tokenizer,  # type: ignore[arg-type]
                                vocab_size=opts.vocab_size, lowercase=opts.lowercase, add_eos=False,

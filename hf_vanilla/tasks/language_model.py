@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from datasets import DatasetDict
     from transformers import PreTrainedTokenizerBase, Trainer
 
-    from ..options import TrainOptions
+    from ..training.options import TrainOptions
 
 
 class LanguageModelTask(Task):
@@ -20,7 +20,7 @@ class LanguageModelTask(Task):
     shakespeare_sample_by: str  # rows of Shakespeare: whole works (clm), speeches/stanzas (mlm)
 
     def default_corpus(self, opts: TrainOptions) -> tuple[DatasetDict, dict[str, Any]]:
-        from ...corpora import CORPORA, SHAKESPEARE_TEST_WORKS, SHAKESPEARE_VALIDATION_WORKS, load_shakespeare
+        from ..corpora import CORPORA, SHAKESPEARE_TEST_WORKS, SHAKESPEARE_VALIDATION_WORKS, load_shakespeare
 
         sample_by = opts.sample_by or self.shakespeare_sample_by
         spec = CORPORA["shakespeare"]
@@ -77,7 +77,7 @@ class LanguageModelTask(Task):
         return {"input_ids": blocks, "attention_mask": [[1] * len(b) for b in blocks]}
 
     def metric_functions(self, tokenizer: PreTrainedTokenizerBase) -> tuple[Any, Any]:
-        from ..metrics import lm_metrics, token_stats
+        from .metrics import lm_metrics, token_stats
 
         shift = self.shift
         return (lambda logits, labels: token_stats(logits, labels, shift=shift)), lm_metrics
@@ -91,7 +91,7 @@ class LanguageModelTask(Task):
 
     def unigram_baseline(self, data: DatasetDict, tokenizer: PreTrainedTokenizerBase, splits) -> dict[str, Any]:
         """An add-one unigram trained on the training split, scored on the tokens the model predicts."""
-        from ..metrics import unigram_counts, unigram_perplexity
+        from .metrics import unigram_counts, unigram_perplexity
 
         counts = unigram_counts(data["train"], len(tokenizer))
         for special in self.unscored_tokens(tokenizer):

@@ -25,7 +25,7 @@ With ``--compile``: ``compile-train/<pair>`` and ``compile-generate-b1/<pair>`` 
 models compiled, plus the speed-up of compiling ours.
 
 With ``--cpu-kernels`` a third model takes its turn in every round: ours with
-:func:`hf_vanilla.cpu_kernels.enable_cpu_kernels` (the "tuned" columns), so plain and tuned are compared
+:func:`hf_vanilla.tools.cpu_kernels.enable_cpu_kernels` (the "tuned" columns), so plain and tuned are compared
 with the reference in the same rounds. Its kernels measure their choices in the warm-up call, and before the
 timed rounds it runs until its whole-model check has chosen (``settle_tuned``).
 
@@ -47,6 +47,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
+
+from ..files.atomic import atomic_write_json
 
 if TYPE_CHECKING:
     import torch
@@ -105,7 +107,7 @@ class Pair:
 
 
 def _ours(head: type, attn: str, **fields: Any) -> PreTrainedModel:
-    from .configuration_vanilla import VanillaConfig
+    from ..configuration_vanilla import VanillaConfig
 
     # Dropout off in both models of every pair: it is random work that would make runs differ.
     config = VanillaConfig(**{**fields, "hidden_dropout": 0.0, "attention_dropout": 0.0, "activation_dropout": 0.0})
@@ -116,8 +118,8 @@ def _ours(head: type, attn: str, **fields: Any) -> PreTrainedModel:
 def llama_pair(sizes: Sizes, attn: str) -> Pair:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from .modeling_vanilla import VanillaForCausalLM
-    from .presets import PRESETS
+    from ..modeling_vanilla import VanillaForCausalLM
+    from ..presets import PRESETS
 
     rope = {"rope_type": "default", "rope_theta": 10000.0}
     shape = dict(vocab_size=sizes.vocab, hidden_size=sizes.hidden, intermediate_size=sizes.gated_ffn,
@@ -132,8 +134,8 @@ def llama_pair(sizes: Sizes, attn: str) -> Pair:
 def gpt2_pair(sizes: Sizes, attn: str) -> Pair:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from .modeling_vanilla import VanillaForCausalLM
-    from .presets import PRESETS
+    from ..modeling_vanilla import VanillaForCausalLM
+    from ..presets import PRESETS
 
     ours = _ours(VanillaForCausalLM, attn, **{**PRESETS["gpt2"], **dict(
         vocab_size=sizes.vocab, hidden_size=sizes.hidden, intermediate_size=sizes.ffn, num_hidden_layers=sizes.layers,
@@ -149,8 +151,8 @@ def gpt2_pair(sizes: Sizes, attn: str) -> Pair:
 def bert_pair(sizes: Sizes, attn: str) -> Pair:
     from transformers import BertConfig, BertForMaskedLM
 
-    from .modeling_vanilla import VanillaForMaskedLM
-    from .presets import PRESETS
+    from ..modeling_vanilla import VanillaForMaskedLM
+    from ..presets import PRESETS
 
     ours = _ours(VanillaForMaskedLM, attn, **{**PRESETS["bert-base"], **dict(
         vocab_size=sizes.vocab, hidden_size=sizes.hidden, intermediate_size=sizes.ffn, num_hidden_layers=sizes.layers,
@@ -165,8 +167,8 @@ def bert_pair(sizes: Sizes, attn: str) -> Pair:
 def bart_pair(sizes: Sizes, attn: str) -> Pair:
     from transformers import BartConfig, BartForConditionalGeneration
 
-    from .modeling_vanilla import VanillaForSeq2SeqLM
-    from .presets import PRESETS
+    from ..modeling_vanilla import VanillaForSeq2SeqLM
+    from ..presets import PRESETS
 
     depth = max(1, sizes.layers // 2)
     ours = _ours(VanillaForSeq2SeqLM, attn, **{**PRESETS["bart-base"], **dict(
@@ -323,7 +325,7 @@ class square_matmul:  # noqa: N801 -- used like a function that carries its FLOP
     """A large float32 matmul ``a @ b.T``: the most this machine does, the denominator of the MFU.
 
     ``library="torch"`` is ``F.linear`` as plain models run it (MKL on x86 CPUs); ``"onednn"`` is the oneDNN
-    product of :mod:`hf_vanilla.cpu_kernels` (``F.linear`` again where this build has no oneDNN).
+    product of :mod:`hf_vanilla.tools.cpu_kernels` (``F.linear`` again where this build has no oneDNN).
     """
 
     def __init__(self, side: int, library: str = "torch"):
@@ -699,7 +701,6 @@ def write_json(rows: Sequence[Row], path: str) -> None:
     def finite(value: object) -> object:  # NaN/inf are not JSON: a figure that could not be measured is null
         return value if not isinstance(value, float) or math.isfinite(value) else None
 
-    from .checkpoint import atomic_write_json
 
     atomic_write_json(path, [{key: finite(value) for key, value in asdict(row).items()} for row in rows])
 
@@ -725,7 +726,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile", action="store_true", help="also time both models under torch.compile (slow)")
     parser.add_argument("--attn", default="sdpa", choices=("sdpa", "eager"), help="attention backend of both models")
     parser.add_argument("--cpu-kernels", action="store_true",
-                        help="also time ours with hf_vanilla.cpu_kernels on (the tuned columns)")
+                        help="also time ours with hf_vanilla.tools.cpu_kernels on (the tuned columns)")
     parser.add_argument("--control", action="store_true",
                         help="also time an identical copy of ours: the A/A column, how far noise alone moves a ratio")
     parser.add_argument("--json", metavar="FILE", help="write the rows as JSON: "

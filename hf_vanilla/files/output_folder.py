@@ -39,7 +39,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import atomic_write_json, atomic_write_text, fsync_path, make_shareable
+from .atomic import atomic_write_json, atomic_write_text, fsync_path, make_shareable
 
 RECORD = ".hf_vanilla.json"
 JOURNAL = ".hf_vanilla-journal.json"

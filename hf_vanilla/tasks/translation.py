@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...markdown import plain
 from .base import Evaluation, Task, evaluate_splits, final_split, limit_samples, need_columns
+from .markdown import plain
 
 if TYPE_CHECKING:
     from datasets import Dataset, DatasetDict
     from transformers import PreTrainedTokenizerBase, Trainer
 
-    from ..options import TrainOptions
+    from ..training.options import TrainOptions
 
 
 class Translation(Task):
@@ -28,7 +28,7 @@ class Translation(Task):
     selection_metric = ("bleu", True)
 
     def default_corpus(self, opts: TrainOptions) -> tuple[DatasetDict, dict[str, Any]]:
-        from ...corpora import BIBLE_TEST_BOOKS, BIBLE_VALIDATION_BOOKS, CORPORA, load_bible_pairs
+        from ..corpora import BIBLE_TEST_BOOKS, BIBLE_VALIDATION_BOOKS, CORPORA, load_bible_pairs
 
         spec = CORPORA["bible-en-es"]
         return load_bible_pairs(), dict(
@@ -55,7 +55,7 @@ class Translation(Task):
 
     def build_tokenizer(self, train_split: Dataset, opts: TrainOptions) -> PreTrainedTokenizerBase:
         """One tokenizer over both languages (the paper's shared vocabulary), ``</s>`` after each sentence."""
-        from ...corpora import iter_texts, train_tokenizer
+        from ..corpora import iter_texts, train_tokenizer
 
         return train_tokenizer(iter_texts(train_split, ("source", "target")), kind=opts.tokenizer,  # type: ignore[arg-type]
                                vocab_size=opts.vocab_size, lowercase=opts.lowercase, add_eos=True,

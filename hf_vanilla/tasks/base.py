@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from datasets import Dataset, DatasetDict
     from transformers import PreTrainedTokenizerBase, Trainer
 
-    from ..options import TrainOptions
+    from ..training.options import TrainOptions
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Model cards for hf_vanilla runs: ``build_model_card(run_dir) -> huggingface_hub.ModelCard``.
 
 Everything comes from the files a training run leaves (``run.json``, ``metrics.json``,
-``config.json``; see :mod:`hf_vanilla.training`) and the package's one Jinja template ``hf_vanilla/model_card.md``
+``config.json``; see :mod:`hf_vanilla.training`) and the package's one Jinja template ``hf_vanilla/publishing/model_card.md``
 (package data: an installed wheel renders the same card), so the card can be rebuilt at any time. A model saved
 without a run gets the same template with the training sections left out (:func:`build_saved_model_card`). Nothing here
 touches the network: the card's YAML metadata is built with ``ModelCardData`` and parses back with
@@ -19,7 +19,8 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from .training.tasks import Task, get_task
+from ..tasks import Task, get_task
+from .public import local_paths, public_run_files
 
 #: The one model-card template, shipped inside the package (see ``[tool.setuptools.package-data]``).
 TEMPLATE = resources.files(__package__).joinpath("model_card.md")
@@ -61,10 +62,8 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def _run_files(run_dir: Path, public: bool, samples: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """run.json and metrics.json of ``run_dir``; with ``public``, as a push publishes them
-    (:func:`hf_vanilla.training.outputs.public_run_files`: no local paths, samples of private data only if
+    (:func:`hf_vanilla.publishing.public.public_run_files`: no local paths, samples of private data only if
     ``samples``)."""
-    from .training.outputs import public_run_files
-
     run, metrics = _read_json(run_dir / "run.json"), _read_json(run_dir / "metrics.json")
     return public_run_files(run, metrics, samples=samples) if public else (run, metrics)
 
@@ -144,8 +143,6 @@ def card_data(run_dir: str | os.PathLike[str], model_id: str | None = None, *, p
 def _hub_base_model(init_from: str | None) -> str | None:
     """The card's ``base_model``: the Hub repo a run was initialised from. A local folder is none (the Hub reads
     ``base_model`` as a repo id, and its path is not to be published)."""
-    from .training.outputs import local_paths
-
     if not init_from or local_paths(init_from) or Path(init_from).exists():
         return None
     return init_from

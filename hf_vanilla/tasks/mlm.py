@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...markdown import code_span
 from .base import Evaluation, final_split
 from .language_model import LanguageModelTask
+from .markdown import code_span
 
 if TYPE_CHECKING:
     from datasets import Dataset, DatasetDict
     from transformers import PreTrainedTokenizerBase
 
-    from ..options import TrainOptions
+    from ..training.options import TrainOptions
 
 
 class MaskedLM(LanguageModelTask):
@@ -29,7 +29,7 @@ class MaskedLM(LanguageModelTask):
 
     def build_tokenizer(self, train_split: Dataset, opts: TrainOptions) -> PreTrainedTokenizerBase:
         """WordPiece with ``[CLS] ... [SEP]`` (or BPE with ``</s>`` after each text)."""
-        from ...corpora import iter_texts, train_tokenizer
+        from ..corpora import iter_texts, train_tokenizer
 
         return train_tokenizer(iter_texts(train_split, ("text",)), kind=opts.tokenizer,  # type: ignore[arg-type]
                                vocab_size=opts.vocab_size, lowercase=opts.lowercase, add_eos=opts.tokenizer == "bpe",

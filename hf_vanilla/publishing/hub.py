@@ -10,7 +10,7 @@ Files go up by allow-list (:func:`plan_upload`): what the checkpoint is made of
 (:func:`hf_vanilla.checkpoint.loading_files`) and the run files, nothing else unless named with ``include``, never
 through a link that leaves the folder; a stray ``token`` or ``id_rsa`` in a run folder stays local, and the push
 lists what it left behind. The run files and card go up without local paths, and without texts of data that may be
-private unless asked (:func:`hf_vanilla.training.outputs.public_run_files`).
+private unless asked (:func:`hf_vanilla.publishing.public.public_run_files`).
 
 Everything goes up in ONE commit: either the repo moves to a complete new checkpoint, or (rejected token,
 interrupted upload, concurrent push) it stays exactly where it was. The Hub is ``HF_ENDPOINT`` (default
@@ -32,16 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import (
-    PICKLE_SUFFIXES,
-    TOKENIZER_FILES,
-    code_files,
-    is_model_file,
-    is_weight_file,
-    loading_files,
-    shipped_auto_map,
-)
-from .output_folder import OutputFolder
+from ..checkpoint import PICKLE_SUFFIXES, TOKENIZER_FILES, code_files, loading_files, shipped_auto_map
+from ..files.atomic import is_model_file, is_weight_file
+from ..files.output_folder import OutputFolder
+from .card import build_model_card, build_saved_model_card
+from .public import QUOTED_FIELDS, local_paths, public_run_files, quoted_data
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +62,7 @@ def plan_upload(run_dir: str | os.PathLike[str], include: Sequence[str] = ()) ->
     """The files of ``run_dir`` that a push uploads: what the checkpoint is made of
     (:func:`hf_vanilla.checkpoint.loading_files`: configs, the weights loading reads, the code ``auto_map`` names,
     the tokenizer's own files), the run files (:data:`RUN_FILES`) where the folder's record says hf_vanilla wrote
-    them (:func:`hf_vanilla.output_folder.own_files`), and whatever ``include`` names (a file or a
+    them (:func:`hf_vanilla.files.output_folder.own_files`), and whatever ``include`` names (a file or a
     folder, relative to ``run_dir``). In a folder with a record (a run, a conversion) only the files the record
     lists go up besides ``include``: a ``chat_template.jinja`` placed there, which the tokenizer would load as its
     chat template, is the user's. Everything else is skipped and listed; the card (``README.md``) is chosen by
@@ -133,7 +128,7 @@ def _with_auto_map(config: dict[str, Any]) -> dict[str, Any] | None:
     A folder saved through a wrapper (a plain state dict, FSDP) can lack it, and without it ``trust_remote_code``
     has nothing to load; an entry naming code that is not shipped (another repository's) is dropped with a warning.
     """
-    from .configuration_vanilla import AUTO_CLASSES, VanillaConfig
+    from ..configuration_vanilla import AUTO_CLASSES, VanillaConfig
 
     if config.get("model_type") != VanillaConfig.model_type:
         raise ValueError(
@@ -158,16 +153,15 @@ def model_card_text(
 ) -> str:
     """The ``README.md`` a push of ``run_dir`` to ``repo_id`` uploads (it must parse as a ``ModelCard``).
 
-    ``rebuild_card``: True builds the card afresh with :func:`hf_vanilla.card.build_model_card` for
+    ``rebuild_card``: True builds the card afresh with :func:`hf_vanilla.publishing.card.build_model_card` for
     ``repo_id`` (its title and loading snippet name the repo); False uploads the folder's README.md as it
     is; None (default) rebuilds when the folder has no README.md, or has exactly the card the run generated
     (which names the local folder), and keeps a README.md that was edited by hand. A built card is the public one
-    (:func:`hf_vanilla.card.build_model_card` with ``public=True``): no local paths, and sample outputs that quote
+    (:func:`hf_vanilla.publishing.card.build_model_card` with ``public=True``): no local paths, and sample outputs that quote
     data that may be private only with ``publish_samples``.
     """
     from huggingface_hub import ModelCard
 
-    from .card import build_model_card, build_saved_model_card
 
     folder = Path(run_dir)
     readme = folder / "README.md"
@@ -227,8 +221,6 @@ def _check_kept_card(card: str, folder: Path, publish_samples: bool) -> None:
     """A README.md uploaded as it is (edited by hand, or ``--keep-card``) must not carry what the built public card
     leaves out: the run's local paths, or texts its samples quote from data that may be private. Refused, naming
     them, before anything is sent."""
-    from .training.outputs import QUOTED_FIELDS, local_paths, quoted_data
-
     run = json.loads((folder / "run.json").read_text(encoding="utf-8"))
     metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
     quoted_paths = [path for path in _QUOTED_PATH.findall(card) if Path(path).expanduser().exists()]
@@ -358,7 +350,7 @@ def push_run(
     ``allow_incomplete``. ``run.json`` and ``metrics.json`` go up without local paths (the local copies keep them),
     and the sample outputs of a run trained on data that may be private (local files, a ``datasets`` dataset) are
     left out of them and of the card unless ``publish_samples`` (see
-    :func:`hf_vanilla.training.outputs.public_run_files`). A Hub silent for ``timeout`` seconds ends the push with
+    :func:`hf_vanilla.publishing.public.public_run_files`). A Hub silent for ``timeout`` seconds ends the push with
     a ``TimeoutError``; nothing is committed then, and the same push run again starts afresh (files the Hub already
     holds are not sent twice). ``api`` is the ``huggingface_hub.HfApi`` to talk through (default:
     ``HfApi(token=token)``).
@@ -407,8 +399,6 @@ def push_run(
 def _public_run_files(operations: dict[str, Any], publish_samples: bool) -> str | None:
     """Put the public run.json and metrics.json (no local paths; samples of private data left out unless
     ``publish_samples``) in ``operations``; say what data the published samples quote. Returns what was left out."""
-    from .training.outputs import public_run_files, quoted_data
-
     if "run.json" not in operations or "metrics.json" not in operations:
         return None
     run = json.loads(Path(operations["run.json"]).read_text(encoding="utf-8"))

@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from ...markdown import plain
 from .base import Evaluation, Task, evaluate_splits, final_split, limit_samples, need_columns
+from .markdown import plain
 
 if TYPE_CHECKING:
     from datasets import Dataset, DatasetDict
     from transformers import PreTrainedTokenizerBase, Trainer
 
-    from ..options import TrainOptions
+    from ..training.options import TrainOptions
 
 
 class Classification(Task):
@@ -26,7 +26,7 @@ class Classification(Task):
     card_metrics = (("accuracy", "accuracy", "Accuracy"), ("macro_f1", "f1", "Macro-F1"))
 
     def default_corpus(self, opts: TrainOptions) -> tuple[DatasetDict, dict[str, Any]]:
-        from ...corpora import CORPORA, load_bbc_news
+        from ..corpora import CORPORA, load_bbc_news
 
         spec = CORPORA["bbc-news"]
         return load_bbc_news(seed=opts.seed), dict(
@@ -63,7 +63,7 @@ class Classification(Task):
         return "articles"
 
     def build_tokenizer(self, train_split: Dataset, opts: TrainOptions) -> PreTrainedTokenizerBase:
-        from ...corpora import iter_texts, train_tokenizer
+        from ..corpora import iter_texts, train_tokenizer
 
         return train_tokenizer(iter_texts(train_split, ("text",)), kind=opts.tokenizer,  # type: ignore[arg-type]
                                vocab_size=opts.vocab_size, lowercase=opts.lowercase, add_eos=opts.tokenizer == "bpe",
@@ -97,7 +97,7 @@ class Classification(Task):
         return DataCollatorWithPadding(tokenizer)
 
     def metric_functions(self, tokenizer: PreTrainedTokenizerBase) -> tuple[Any, Any]:
-        from ..metrics import classification_metrics
+        from .metrics import classification_metrics
 
         def predicted_class(logits, labels):
             return (logits[0] if isinstance(logits, tuple) else logits).argmax(-1)
@@ -106,7 +106,7 @@ class Classification(Task):
 
     def evaluate(self, trainer: Trainer, data: DatasetDict, tokenizer: PreTrainedTokenizerBase,
                  opts: TrainOptions) -> Evaluation:
-        from ..metrics import macro_f1
+        from .metrics import macro_f1
 
         test_name = final_split(data)
         metrics = {"test_split": test_name, **evaluate_splits(trainer, data, ("validation", test_name))}

@@ -1,0 +1,31 @@
+"""The optional layers and the extra each needs: ``pip install hf_vanilla`` gives the model core (torch,
+transformers, safetensors, huggingface_hub); a layer above it checks its extra once, where it is entered, and
+fails in one line that names the extra to install.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+#: Extra -> the modules it installs that its layers import (pyproject.toml's
+#: ``[project.optional-dependencies]`` lists their distributions; tests/test_layers.py keeps the two equal).
+EXTRA_MODULES: dict[str, tuple[str, ...]] = {
+    "train": ("accelerate", "datasets", "matplotlib", "sacrebleu"),  # a run draws curves.png, translation scores BLEU
+    "viz": ("matplotlib",),
+    "eval": ("sacrebleu",),
+}
+
+
+class MissingExtraError(ImportError):
+    """A layer was imported without the extra it needs; the message is the one line to show."""
+
+
+def require_extra(extra: str, layer: str) -> None:
+    """Raise :class:`MissingExtraError` when a module of ``extra`` is not installed; ``layer`` names what needs it."""
+    missing = [name for name in EXTRA_MODULES[extra] if importlib.util.find_spec(name) is None]
+    if missing:
+        raise MissingExtraError(
+            f"{layer} needs the [{extra}] extra ({', '.join(missing)} not installed): "
+            f"pip install 'hf_vanilla[{extra}]'"
+        )
+
