@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark hf_vanilla against transformers' Llama, GPT-2, BERT and BART at matched sizes.
 
-The same as `hf-vanilla bench`; see `hf_vanilla/bench.py` for what is measured and
+The same as `hf-vanilla bench`; see `hf_vanilla/tools/bench.py` for what is measured and
 docs/performance.md for the figures. Example:
 
     python scripts/bench.py --json bench.json            # the full table (tens of minutes on 2 cores)
