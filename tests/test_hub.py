@@ -25,6 +25,7 @@ from transformers import AutoTokenizer
 
 import hf_vanilla as hv
 from hf_vanilla import cli
+from hf_vanilla.checkpoint import code_files
 from hf_vanilla.publishing.card import build_model_card
 from hf_vanilla.publishing.hub import model_card_text, plan_upload, push_run
 from tests.factories import tiny_model, tiny_tokenizer
@@ -33,7 +34,7 @@ from tests.hub_server import TOKEN, USER, LocalHub
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TEXTS = ["the king", "thou queen of the night speak"]
-CODE = ["configuration_vanilla.py", "modeling_vanilla.py", "positional.py", "variants.py"]
+CODE = [path.name for path in code_files()]  # the travelling files, as the package declares them
 # What a push of a training run uploads: the model, its code and tokenizer, the run files and the card.
 SHARED_RUN_FILES = sorted([
     "README.md", "config.json", "curves.png", "generation_config.json", "metrics.json", "model.safetensors",
