@@ -574,7 +574,6 @@ def supported_classes() -> dict[str, str]:
 
 
 def _vanilla_config_fields() -> tuple[dataclasses.Field, ...]:
-
     inherited = {f.name for f in dataclasses.fields(PreTrainedConfig)}
     return tuple(f for f in dataclasses.fields(VanillaConfig) if f.name not in inherited)
 

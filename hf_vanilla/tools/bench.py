@@ -132,7 +132,6 @@ def _ours(head: type, attn: str, **fields: Any) -> PreTrainedModel:
 
 
 def llama_pair(sizes: Sizes, attn: str) -> Pair:
-
     rope = {"rope_type": "default", "rope_theta": 10000.0}
     shape = dict(vocab_size=sizes.vocab, hidden_size=sizes.hidden, intermediate_size=sizes.gated_ffn,
                  num_hidden_layers=sizes.layers, num_attention_heads=sizes.heads,
@@ -144,7 +143,6 @@ def llama_pair(sizes: Sizes, attn: str) -> Pair:
 
 
 def gpt2_pair(sizes: Sizes, attn: str) -> Pair:
-
     ours = _ours(VanillaForCausalLM, attn, **{**PRESETS["gpt2"], **dict(
         vocab_size=sizes.vocab, hidden_size=sizes.hidden, intermediate_size=sizes.ffn, num_hidden_layers=sizes.layers,
         num_attention_heads=sizes.heads, max_position_embeddings=1024, pad_token_id=0, bos_token_id=1,
@@ -157,7 +155,6 @@ def gpt2_pair(sizes: Sizes, attn: str) -> Pair:
 
 
 def bert_pair(sizes: Sizes, attn: str) -> Pair:
-
     ours = _ours(VanillaForMaskedLM, attn, **{**PRESETS["bert-base"], **dict(
         vocab_size=sizes.vocab, hidden_size=sizes.hidden, intermediate_size=sizes.ffn, num_hidden_layers=sizes.layers,
         num_attention_heads=sizes.heads, max_position_embeddings=512)})
@@ -169,7 +166,6 @@ def bert_pair(sizes: Sizes, attn: str) -> Pair:
 
 
 def bart_pair(sizes: Sizes, attn: str) -> Pair:
-
     depth = max(1, sizes.layers // 2)
     ours = _ours(VanillaForSeq2SeqLM, attn, **{**PRESETS["bart-base"], **dict(
         vocab_size=sizes.vocab, hidden_size=sizes.hidden, intermediate_size=sizes.ffn, num_hidden_layers=depth,
@@ -316,7 +312,6 @@ class square_matmul:  # noqa: N801 -- used like a function that carries its FLOP
     """
 
     def __init__(self, side: int, library: str = "torch"):
-
         self.a, self.b = torch.randn(side, side), torch.randn(side, side)
         self.flops = 2 * side**3
         self.product = onednn_linear if library == "onednn" and onednn_available() else torch.nn.functional.linear
