@@ -16,6 +16,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from safetensors import SafetensorError, safe_open
+from transformers import AutoTokenizer
+from transformers.dynamic_module_utils import get_relative_import_files
+
+from . import modeling_vanilla
+from .configuration_vanilla import VanillaConfig, auto_map_for
 from .files.atomic import CONFIG_FILES, SAFE_WEIGHTS, SAFE_WEIGHTS_INDEX, atomic_write_bytes
 
 logger = logging.getLogger(__name__)
@@ -45,9 +51,6 @@ TOKENIZER_FILES = (
 
 def code_files() -> list[Path]:
     """The model code that travels with a checkpoint: the modeling module and everything it imports relatively."""
-    from transformers.dynamic_module_utils import get_relative_import_files
-
-    from . import modeling_vanilla
 
     module = Path(inspect.getfile(modeling_vanilla))
     return [module, *sorted({Path(p) for p in get_relative_import_files(str(module))})]  # the walk repeats shared imports
@@ -94,8 +97,6 @@ def tokenizer_files(folder: str | os.PathLike[str]) -> list[str]:
     """The files the tokenizer saved in ``folder`` consists of: those it writes when loaded and saved again (a
     ``tokenizer.json`` tokenizer writes no ``vocab.txt`` or ``special_tokens_map.json``, so such files beside it are
     not part of it). Empty when the folder holds no tokenizer files; an error when they do not load."""
-    from transformers import AutoTokenizer
-
     folder = Path(folder)
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         return []
@@ -126,8 +127,6 @@ def shipped_auto_map(architecture: str, incoming: Mapping[str, Any] | None) -> d
 
 def _split_auto_map(architecture: str, incoming: Mapping[str, Any] | None) -> tuple[dict[str, str], dict[str, Any]]:
     """(hf_vanilla's own ``auto_map`` for ``architecture``, the entries of ``incoming`` that differ from it)."""
-    from .configuration_vanilla import auto_map_for
-
     ours = auto_map_for(architecture)
     return ours, {key: value for key, value in (incoming or {}).items() if ours.get(key) != value}
 
@@ -136,9 +135,6 @@ def auto_map_modules(config_file: Path) -> list[str]:
     """The Python files a config's ``auto_map`` loads hf_vanilla's code from (``module.py``), with the files those
     import relatively when they are present beside the config (hf_vanilla's modeling file imports its siblings).
     Entries that are not hf_vanilla's own (:func:`shipped_auto_map`) name no file: their code never travels."""
-    from transformers.dynamic_module_utils import get_relative_import_files
-
-    from .configuration_vanilla import VanillaConfig
 
     try:
         config = json.loads(config_file.read_text(encoding="utf-8"))
@@ -183,8 +179,6 @@ def check_weight_files(folder: str | os.PathLike[str], names: Iterable[str] | No
     """Open the header of every safetensors file in ``folder`` (or of those ``names``); a truncated or corrupted one
     is an error that names the file (safetensors' own message, which ``from_pretrained`` passes on, does not say
     which file it read)."""
-    from safetensors import SafetensorError, safe_open
-
     paths = sorted(Path(folder).glob("*.safetensors")) if names is None else [Path(folder) / n for n in names]
     for path in paths:
         try:

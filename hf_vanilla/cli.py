@@ -19,9 +19,9 @@ from .extras import MissingExtraError
 #: name -> (module, one-line help), in the order `--help` lists them.
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("hf_vanilla.training.cli", "train a model on real text (clm, mlm, translation, classification)"),
-    "convert": ("hf_vanilla.convert", "convert a checkpoint between native transformers and hf_vanilla"),
-    "push": ("hf_vanilla.publishing.hub", "upload a training run (model, code, tokenizer, card) to the Hub in one commit"),
-    "bench": ("hf_vanilla.tools.bench", "benchmark against transformers' Llama, GPT-2, BERT and BART"),
+    "convert": ("hf_vanilla.commands", "convert a checkpoint between native transformers and hf_vanilla"),
+    "push": ("hf_vanilla.publishing.push_cli", "upload a training run (model, code, tokenizer, card) to the Hub in one commit"),
+    "bench": ("hf_vanilla.tools.bench_cli", "benchmark against transformers' Llama, GPT-2, BERT and BART"),
     "attention": ("hf_vanilla.commands", "draw a model's attention on a text"),
     "positions": ("hf_vanilla.commands", "draw the positional schemes"),
     "generate": ("hf_vanilla.commands", "generate text with a trained causal LM or translation model"),

@@ -1,4 +1,4 @@
-"""The arguments of the commands whose work needs torch: ``attention``, ``positions``, ``generate``, ``evaluate``.
+"""The arguments of the commands whose work needs torch: ``convert``, ``attention``, ``positions``, ``generate``, ``evaluate``.
 
 This module imports nothing heavy, so ``hf-vanilla COMMAND --help`` answers at once; each parser's ``func``
 imports the module that does the work only when the command runs.
@@ -7,18 +7,9 @@ imports the module that does the work only when the command runs.
 from __future__ import annotations
 
 import argparse
-import importlib
-from collections.abc import Callable
 from pathlib import Path
 
-
-def _later(module: str, function: str) -> Callable[[argparse.Namespace], int]:
-    """``module.function(args)``, imported when called."""
-
-    def run(args: argparse.Namespace) -> int:
-        return getattr(importlib.import_module(module), function)(args)
-
-    return run
+from .extras import load_when_run
 
 
 def add_attention(subparsers: argparse._SubParsersAction) -> None:
@@ -43,7 +34,7 @@ def add_attention(subparsers: argparse._SubParsersAction) -> None:
     attention.add_argument("--max-tokens", type=int, metavar="N",
                            help="draw only the first N tokens of the text (and of --target); a text whose maps "
                            "would not fit in half the free memory is refused with the N that fits")
-    attention.set_defaults(func=_later("hf_vanilla.tools.viz", "run_attention"))
+    attention.set_defaults(func=load_when_run("hf_vanilla.tools.viz", "run_attention"))
 
 
 def add_positions(subparsers: argparse._SubParsersAction) -> None:
@@ -55,7 +46,7 @@ def add_positions(subparsers: argparse._SubParsersAction) -> None:
     )
     positions.add_argument("--out", required=True, type=Path, metavar="DIR", help="directory for the PNG files")
     positions.add_argument("--model", metavar="MODEL_DIR", help="size the pictures like this model (and draw its trained relative bias)")
-    positions.set_defaults(func=_later("hf_vanilla.tools.viz", "run_positions"))
+    positions.set_defaults(func=load_when_run("hf_vanilla.tools.viz", "run_positions"))
 
 
 def add_generate(subparsers: argparse._SubParsersAction) -> None:
@@ -81,7 +72,7 @@ def add_generate(subparsers: argparse._SubParsersAction) -> None:
     generate.add_argument("--return-full-text", action=argparse.BooleanOptionalAction, default=True,
                           help="print the prompt before a decoder's continuation (the text-generation pipeline's "
                                "default); --no-return-full-text prints the continuation alone")
-    generate.set_defaults(func=_later("hf_vanilla.inference", "run_generate"))
+    generate.set_defaults(func=load_when_run("hf_vanilla.inference", "run_generate"))
 
 
 def add_evaluate(subparsers: argparse._SubParsersAction) -> None:
@@ -94,13 +85,34 @@ def add_evaluate(subparsers: argparse._SubParsersAction) -> None:
     )
     evaluate.add_argument("run_dir", metavar="RUN", help="the training run folder")
     evaluate.add_argument("--batch-size", type=int, help="evaluation batch (unset: the run's)")
-    evaluate.set_defaults(func=_later("hf_vanilla.training.evaluation", "run_evaluate"))
+    evaluate.set_defaults(func=load_when_run("hf_vanilla.training.evaluation", "run_evaluate"))
+
+
+def add_convert(subparsers: argparse._SubParsersAction) -> None:
+    """``hf-vanilla convert SRC_DIR OUT_DIR [--to-native | --to-vanilla] [--overwrite]``."""
+    parser = subparsers.add_parser(
+        "convert",
+        help="convert a checkpoint between native transformers and hf_vanilla",
+        description=(
+            "Convert a checkpoint directory exactly: a native Llama, GPT-2, BERT, BART, Marian or T5 checkpoint "
+            "becomes an hf_vanilla one, and an hf_vanilla checkpoint becomes native when its options allow. The "
+            "direction follows SRC_DIR's model_type; tokenizer files and the generation config are carried over."
+        ),
+    )
+    parser.add_argument("src_dir", metavar="SRC_DIR", help="checkpoint directory to read (local files only)")
+    parser.add_argument("out_dir", metavar="OUT_DIR", help="directory to write (new, empty, or an earlier conversion)")
+    direction = parser.add_mutually_exclusive_group()
+    direction.add_argument("--to-native", action="store_true", help="require SRC_DIR to be an hf_vanilla checkpoint")
+    direction.add_argument("--to-vanilla", action="store_true", help="require SRC_DIR to be a native checkpoint")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier conversion in OUT_DIR (only the files convert wrote there)")
+    parser.set_defaults(func=load_when_run("hf_vanilla.convert", "run_cli"))
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
-    """``hf-vanilla attention``, ``positions``, ``generate`` and ``evaluate``."""
-    for add in (add_attention, add_positions, add_generate, add_evaluate):
+    """``hf-vanilla convert``, ``attention``, ``positions``, ``generate`` and ``evaluate``."""
+    for add in (add_convert, add_attention, add_positions, add_generate, add_evaluate):
         add(subparsers)
 
 
-__all__ = ["add_attention", "add_cli", "add_evaluate", "add_generate", "add_positions"]
+__all__ = ["add_attention", "add_cli", "add_convert", "add_evaluate", "add_generate", "add_positions"]

@@ -14,8 +14,6 @@ Each native architecture is described by data, not by code paths:
   functions for the few fields computed from several others.
 
 Every architectural difference is a VanillaConfig option; nothing here special-cases a model beyond its tables.
-
-Heavy imports (torch, transformers) happen inside functions, as for every CLI module (see ``cli.py``).
 """
 
 from __future__ import annotations
@@ -31,19 +29,21 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
-from . import variants
+import torch
+import transformers
+from safetensors import safe_open
+from torch import nn
+from transformers import PreTrainedConfig, PreTrainedModel
+from transformers.utils import logging
+
+from . import modeling_vanilla, variants
 from .checkpoint import PICKLE_SUFFIXES, load_complete
+from .configuration_vanilla import VanillaConfig, field_default, field_is_active
 from .files.atomic import staged_folder
 from .files.output_folder import OutputFolder
-
-if TYPE_CHECKING:
-    import torch
-    from transformers import PreTrainedModel
-
-    from .configuration_vanilla import VanillaConfig
-    from .modeling_vanilla import VanillaPreTrainedModel
+from .modeling_vanilla import VanillaPreTrainedModel
 
 # ----------------------------------------------------------------------------------------------
 # The description format
@@ -574,10 +574,6 @@ def supported_classes() -> dict[str, str]:
 
 
 def _vanilla_config_fields() -> tuple[dataclasses.Field, ...]:
-    from transformers import PreTrainedConfig
-
-    from .configuration_vanilla import VanillaConfig
-
     inherited = {f.name for f in dataclasses.fields(PreTrainedConfig)}
     return tuple(f for f in dataclasses.fields(VanillaConfig) if f.name not in inherited)
 
@@ -588,7 +584,6 @@ def _relevant(name: str, config: VanillaConfig, head_class: str) -> bool:
         return head_class in _LM_HEADS
     if name in _POOLING_FIELDS:
         return head_class == "VanillaForSequenceClassification"
-    from .configuration_vanilla import field_is_active
 
     if name == "max_position_embeddings":  # sizes a trained table added to the embeddings, or RoPE's scaling
         scheme = variants.row("position_embedding_type", config.position_embedding_type)
@@ -609,8 +604,6 @@ def _table_form(arch: Architecture, head: Head) -> dict[str, Any]:
     """The values of the table's options this target hard-codes: the one value whose row names it in ``to_hf``, or
     the default where it carries none of an option's non-default rows. An option it carries several values of (or
     a non-default one) its config says, through ``derived``; output-layer options belong to the LM heads alone."""
-    from .configuration_vanilla import field_default
-
     form = {}
     for option in variants.options():
         option_rows = variants.rows(option)
@@ -655,8 +648,6 @@ def _check_native_form(config: VanillaConfig, arch: Architecture, head: Head, he
 
 
 def _to_vanilla_config(model: PreTrainedModel, arch: Architecture, head: Head) -> VanillaConfig:
-    from .configuration_vanilla import VanillaConfig
-
     native = model.config
     fields: dict[str, Any] = native_form(arch, head)
     fields.update({ours: copy.deepcopy(getattr(native, theirs)) for ours, theirs in arch.renamed.items()
@@ -709,8 +700,6 @@ def _native_fields(config: VanillaConfig, arch: Architecture, problems: Problems
 def _native_config(
     config: VanillaConfig, arch: Architecture, native_class: str, fields: dict[str, Any], generation: Any
 ) -> Any:
-    import transformers
-
     config_class = getattr(transformers, arch.config_class)
     declared = {f.name for f in dataclasses.fields(config_class)}
     extras = getattr(config, NATIVE_EXTRAS, None) or {}
@@ -782,8 +771,6 @@ def _star(name: str) -> tuple[str, ...]:
 
 
 def _into_vanilla(tensor: torch.Tensor, row: W) -> torch.Tensor:
-    import torch
-
     if row.part is not None:
         index, count = row.part
         tensor = tensor.chunk(count, dim=-1)[index]
@@ -804,8 +791,6 @@ def _into_native(tensor: torch.Tensor, row: W) -> torch.Tensor:
 
 def _skeleton(model_class: type, config: Any, **kwargs: Any) -> Any:
     """The model on the meta device: its tensor names and shapes, without allocating or initialising weights."""
-    import torch
-
     with torch.device("meta"):
         return model_class(config, **kwargs)
 
@@ -816,9 +801,6 @@ def _fill(model: Any, state: dict[str, torch.Tensor]) -> None:
     What the state lacks (non-persistent buffers: RoPE frequencies, sinusoid tables; Marian's fixed positions)
     is allocated and filled by the model's own initialisation, as ``from_pretrained`` does.
     """
-    import torch
-    from torch import nn
-
     missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     if unexpected:
         raise RuntimeError(f"hf_vanilla.convert produced tensors {type(model).__name__} does not have: {unexpected}")
@@ -860,8 +842,6 @@ def _native_spec(model: PreTrainedModel) -> tuple[Architecture, Head]:
 
 def _check_computed_positions(vanilla, computed: list, native_state: dict) -> None:
     """Positions hf_vanilla computes (sinusoid tables) must be the ones the checkpoint holds."""
-    import torch
-
     for pair in computed:
         ours, theirs = vanilla.get_buffer(pair.vanilla), native_state[pair.native[0]]
         tolerance = 2 * torch.finfo(theirs.dtype).eps
@@ -873,8 +853,6 @@ def _check_computed_positions(vanilla, computed: list, native_state: dict) -> No
 
 def _join_parts(parts: dict, counts: dict) -> dict:
     """Native tensors assembled from their hf_vanilla parts (concatenated on the last axis), contiguous."""
-    import torch
-
     state = {}
     for name, pieces in parts.items():
         if len(pieces) != counts[name]:
@@ -891,10 +869,6 @@ def from_hf(model: PreTrainedModel) -> VanillaPreTrainedModel:
     result is in the same train/eval mode. Raises ``ValueError`` naming every native setting hf_vanilla
     cannot express (GPT-2's per-layer attention scaling, Marian's separate target vocabulary, ...).
     """
-    import torch
-    from transformers.utils import logging
-
-    from . import modeling_vanilla
 
     logger = logging.get_logger(__name__)
     arch, head = _native_spec(model)
@@ -969,9 +943,6 @@ def to_hf(model: VanillaPreTrainedModel, model_type: str | None = None) -> PreTr
     native architecture can express the model, ``ValueError`` lists, per candidate, every option without a
     native counterpart (e.g. ``position_embedding_type='alibi'``); dropout differences only warn.
     """
-    import transformers
-    from transformers.utils import logging
-
     logger = logging.get_logger(__name__)
     config, head_class = model.config, type(model).__name__
     candidates = [
@@ -1056,8 +1027,6 @@ def check_conversion(
     ``decoder_attention_mask`` for the decoder side of a seq2seq model): the largest difference must be at most
     ``rtol`` times the largest |output|. Both models should run in float32 with the same attention backend.
     """
-    import torch
-
     with torch.no_grad():
         outputs = [model(**inputs) for model in (original, converted)]
     a, b = (out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state for out in outputs)
@@ -1114,8 +1083,6 @@ def _read_model_type(src: Path) -> str:
 
 
 def _load_native(src: Path, model_type: str) -> PreTrainedModel:
-    import transformers
-
     arch = ARCHITECTURES.get(model_type)
     if arch is None:
         raise ValueError(
@@ -1141,8 +1108,6 @@ def _load_native(src: Path, model_type: str) -> PreTrainedModel:
 
 def _tensor_names(src: Path) -> set[str]:
     """The tensor names a safetensors checkpoint directory holds (read from the file headers only)."""
-    from safetensors import safe_open
-
     index = src / "model.safetensors.index.json"
     if index.is_file():
         return set(json.loads(index.read_text())["weight_map"])
@@ -1154,9 +1119,6 @@ def _tensor_names(src: Path) -> set[str]:
 
 
 def _load_vanilla(src: Path) -> VanillaPreTrainedModel:
-    from . import modeling_vanilla
-    from .configuration_vanilla import VanillaConfig
-
     config = VanillaConfig.from_pretrained(src, local_files_only=True)
     default = {"encoder": "VanillaForMaskedLM", "decoder": "VanillaForCausalLM",
                "encoder-decoder": "VanillaForSeq2SeqLM"}[config.architecture]
@@ -1235,28 +1197,8 @@ def convert_checkpoint(
 # Command line
 
 
-def add_cli(subparsers: argparse._SubParsersAction) -> None:
-    """``hf-vanilla convert SRC_DIR OUT_DIR [--to-native | --to-vanilla] [--overwrite]``."""
-    parser = subparsers.add_parser(
-        "convert",
-        help="convert a checkpoint between native transformers and hf_vanilla",
-        description=(
-            "Convert a checkpoint directory exactly: a native Llama, GPT-2, BERT, BART, Marian or T5 checkpoint "
-            "becomes an hf_vanilla one, and an hf_vanilla checkpoint becomes native when its options allow. The "
-            "direction follows SRC_DIR's model_type; tokenizer files and the generation config are carried over."
-        ),
-    )
-    parser.add_argument("src_dir", metavar="SRC_DIR", help="checkpoint directory to read (local files only)")
-    parser.add_argument("out_dir", metavar="OUT_DIR", help="directory to write (new, empty, or an earlier conversion)")
-    direction = parser.add_mutually_exclusive_group()
-    direction.add_argument("--to-native", action="store_true", help="require SRC_DIR to be an hf_vanilla checkpoint")
-    direction.add_argument("--to-vanilla", action="store_true", help="require SRC_DIR to be a native checkpoint")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace an earlier conversion in OUT_DIR (only the files convert wrote there)")
-    parser.set_defaults(func=_run_cli)
-
-
-def _run_cli(args: argparse.Namespace) -> int:
+def run_cli(args: argparse.Namespace) -> int:
+    """``hf-vanilla convert`` (its arguments are in :mod:`hf_vanilla.commands`)."""
     to_native = True if args.to_native else False if args.to_vanilla else None
     try:
         report = convert_checkpoint(args.src_dir, args.out_dir, to_native=to_native, overwrite=args.overwrite)
@@ -1275,11 +1217,11 @@ __all__ = [
     "ConversionReport",
     "Head",
     "W",
-    "add_cli",
     "convert_checkpoint",
     "covered_fields",
     "from_hf",
     "native_form",
+    "run_cli",
     "supported_classes",
     "to_hf",
 ]

@@ -1,11 +1,15 @@
 """The optional layers and the extra each needs: ``pip install hf_vanilla`` gives the model core (torch,
 transformers, safetensors, huggingface_hub); a layer above it checks its extra once, where it is entered, and
-fails in one line that names the extra to install.
+fails in one line that names the extra to install. A subcommand's parser names the module of its work with
+:func:`load_when_run`, so the layer is entered only when the command runs.
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import importlib.util
+from collections.abc import Callable
 
 #: Extra -> the modules it installs that its layers import (pyproject.toml's
 #: ``[project.optional-dependencies]`` lists their distributions; tests/test_layers.py keeps the two equal).
@@ -29,3 +33,12 @@ def require_extra(extra: str, layer: str) -> None:
             f"pip install 'hf_vanilla[{extra}]'"
         )
 
+
+
+def load_when_run(module: str, function: str) -> Callable[[argparse.Namespace], int]:
+    """A subcommand's ``func``: ``module.function(args)``, with ``module`` imported when the command runs."""
+
+    def run(args: argparse.Namespace) -> int:
+        return getattr(importlib.import_module(module), function)(args)
+
+    return run

@@ -17,7 +17,6 @@ import textwrap
 import zipfile
 from pathlib import Path
 
-import huggingface_hub
 import pytest
 import torch
 from huggingface_hub import ModelCard
@@ -79,7 +78,7 @@ def test_a_push_uploads_only_what_loading_needs_and_names_what_it_left(
     assert len(api.repos["tester/tiny-clm"].commits) == 2  # the repo's initial commit and ONE push
 
     # Anything else goes up only when named: a file or a folder; never a pickle, nothing outside the folder.
-    monkeypatch.setattr(huggingface_hub, "HfApi", lambda token=None: api)
+    monkeypatch.setattr("hf_vanilla.publishing.hub.HfApi", lambda token=None: api)
     assert cli.main(["push", str(run), "tester/tiny-clm", "--include", "notes.txt", "--include", "extra"]) == 0
     out = capsys.readouterr().out
     assert "left local" in out and "id_rsa" in out and "notes.txt" not in out.split("left local")[1]
@@ -127,7 +126,7 @@ def test_a_failed_upload_commits_nothing_and_says_so(
     push_run(trained_run, "tester/cut-off", api=api)
     before = dict(api.repos["tester/cut-off"].branches)
     api.fail_uploads = True
-    monkeypatch.setattr(huggingface_hub, "HfApi", lambda token=None: api)
+    monkeypatch.setattr("hf_vanilla.publishing.hub.HfApi", lambda token=None: api)
     assert cli.main(["push", str(trained_run), "tester/cut-off"]) == 1
     err = capsys.readouterr().err
     assert "hf-vanilla push: Error while uploading" in err and "Nothing was committed; run the push again." in err

@@ -39,6 +39,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
+
 from .atomic import atomic_write_json, atomic_write_text, fsync_path, make_shareable
 
 RECORD = ".hf_vanilla.json"
@@ -510,14 +512,10 @@ def _remove(path: Path) -> None:
 
 
 def _file_lock(path: Path) -> Any:
-    from filelock import FileLock
-
     return FileLock(path, blocking=False, on_acquired=_write_pid)
 
 
 def _try_acquire(lock: Any) -> bool:
-    from filelock import Timeout
-
     try:
         lock.acquire()
     except Timeout:

@@ -32,11 +32,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx2  # huggingface_hub's HTTP client
+from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, ModelCard
+from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+from huggingface_hub.utils import get_session
+
 from ..checkpoint import PICKLE_SUFFIXES, TOKENIZER_FILES, code_files, loading_files, shipped_auto_map
+from ..configuration_vanilla import AUTO_CLASSES, VanillaConfig
 from ..files.atomic import is_model_file, is_weight_file
 from ..files.output_folder import OutputFolder
 from .card import build_model_card, build_saved_model_card
 from .public import QUOTED_FIELDS, local_paths, public_run_files, quoted_data
+from .push_cli import DEFAULT_TIMEOUT_S
 
 logger = logging.getLogger(__name__)
 
@@ -44,10 +51,6 @@ logger = logging.getLogger(__name__)
 RUN_FILES = ("metrics.json", "run.json", "curves.png")
 CARD_FILE = "README.md"
 
-#: Seconds a push waits for the Hub to send anything (connect, each read, each write) before giving up:
-#: huggingface_hub's own client waits forever, so a Hub that takes the connection and never answers would hang
-#: the push. Long enough for the Hub to process a large commit; it bounds silence, not an upload's length.
-DEFAULT_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -128,8 +131,6 @@ def _with_auto_map(config: dict[str, Any]) -> dict[str, Any] | None:
     A folder saved through a wrapper (a plain state dict, FSDP) can lack it, and without it ``trust_remote_code``
     has nothing to load; an entry naming code that is not shipped (another repository's) is dropped with a warning.
     """
-    from ..configuration_vanilla import AUTO_CLASSES, VanillaConfig
-
     if config.get("model_type") != VanillaConfig.model_type:
         raise ValueError(
             f"config.json has model_type={config.get('model_type')!r}, not {VanillaConfig.model_type!r}: "
@@ -160,8 +161,6 @@ def model_card_text(
     (:func:`hf_vanilla.publishing.card.build_model_card` with ``public=True``): no local paths, and sample outputs that quote
     data that may be private only with ``publish_samples``.
     """
-    from huggingface_hub import ModelCard
-
 
     folder = Path(run_dir)
     readme = folder / "README.md"
@@ -355,10 +354,6 @@ def push_run(
     holds are not sent twice). ``api`` is the ``huggingface_hub.HfApi`` to talk through (default:
     ``HfApi(token=token)``).
     """
-    import httpx2  # huggingface_hub's HTTP client
-    from huggingface_hub import HfApi
-    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
-
     if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
         raise ValueError(f"timeout (--timeout) must be a positive number of seconds, got {timeout!r}")
     folder = Path(run_dir)
@@ -417,8 +412,6 @@ def requests_time_out(seconds: float) -> Iterator[None]:
     """Give up on a Hub silent for ``seconds`` during the block: huggingface_hub sends every request through one
     shared client whose timeout is None (wait forever) and offers no per-call timeout for create_repo or
     create_commit, so the shared client's timeout is set for the block and restored after it."""
-    from huggingface_hub.utils import get_session
-
     session = get_session()
     before = session.timeout
     session.timeout = seconds
@@ -440,8 +433,6 @@ def _commit(
     rebuild_card: bool | None,
 ) -> tuple[Any, bool]:
     """The commit made (or, when nothing changed, the head found) and whether nothing changed."""
-    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
-
     created = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
     if created != repo_id:  # "name" became "user/name": the card names the repo, so it names the full id
         repo_id, card = created, model_card_text(folder, created, rebuild_card=rebuild_card)
@@ -476,73 +467,6 @@ def _commit(
     return commit, unchanged
 
 
-def add_cli(subparsers: argparse._SubParsersAction) -> None:
-    """``hf-vanilla push RUN_DIR REPO_ID [--revision BRANCH] [--private] [--token TOKEN] [--commit-message MSG]``."""
-    parser = subparsers.add_parser(
-        "push",
-        help="upload a training run (model, code, tokenizer, card) to the Hub in one commit",
-        description=(
-            "Upload RUN_DIR (a training run directory or any save_pretrained folder) to the Hub repo REPO_ID in "
-            "one commit: safetensors weights, config.json with auto_map, the model code, tokenizer, generation "
-            "config, run.json/metrics.json/curves.png and the model card. The repo (and branch) are created if "
-            "needed. The Hub is HF_ENDPOINT (default huggingface.co); the token is --token, HF_TOKEN or the one "
-            "saved by `hf auth login`. The model then loads with trust_remote_code=True, without hf_vanilla."
-        ),
-    )
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="folder to upload (local files only)")
-    parser.add_argument(
-        "repo_id", metavar="REPO_ID", help="'user/name' or 'org/name' ('name' alone: your namespace)"
-    )
-    parser.add_argument(
-        "--revision", metavar="BRANCH", help="branch to commit to (created from main if missing)"
-    )
-    parser.add_argument(
-        "--private", action="store_true", help="create the repo private (refused if it is public)"
-    )
-    parser.add_argument(
-        "--token", help="Hub token (prefer HF_TOKEN: a token on the command line shows in `ps`)"
-    )
-    parser.add_argument("--commit-message", metavar="MSG", help="message of the commit")
-    parser.add_argument(
-        "--include",
-        metavar="NAME",
-        action="append",
-        default=[],
-        help="also upload this file or folder of RUN_DIR (repeatable); only what loading needs and the run "
-        "files are uploaded otherwise, and the rest is listed as skipped",
-    )
-    parser.add_argument(
-        "--allow-incomplete",
-        action="store_true",
-        help="push a run whose run.json says it is still running, diverged or was interrupted (refused otherwise)",
-    )
-    parser.add_argument(
-        "--publish-samples",
-        action="store_true",
-        help="publish the sample outputs of a run trained on local files or a datasets dataset: they quote its "
-        "texts, so they are left out of the card and metrics.json otherwise (built-in corpora are public)",
-    )
-    parser.add_argument(
-        "--timeout",
-        metavar="SECONDS",
-        type=float,
-        default=DEFAULT_TIMEOUT_S,
-        help=f"give up when the Hub sends nothing for this long (default {DEFAULT_TIMEOUT_S:g}); nothing is committed",
-    )
-    card = parser.add_mutually_exclusive_group()
-    card.add_argument(
-        "--rebuild-card",
-        dest="rebuild_card",
-        action="store_true",
-        default=None,
-        help="build README.md afresh for REPO_ID from run.json/metrics.json",
-    )
-    card.add_argument(
-        "--keep-card", dest="rebuild_card", action="store_false", help="upload README.md as it is"
-    )
-    parser.set_defaults(func=_run_cli)
-
-
 def push_summary(result: PushResult, run_dir: str, revision: str | None, commit_message: str | None) -> str:
     """What the push changed on the Hub, in one line: the commit made, or that none was needed."""
     commit, where = result.commit, f"{result.commit.repo_url.repo_id}@{revision or 'main'}"
@@ -553,7 +477,8 @@ def push_summary(result: PushResult, run_dir: str, revision: str | None, commit_
             f"{commit.oid}; no new commit made{unused}")
 
 
-def _run_cli(args: argparse.Namespace) -> int:
+def run_cli(args: argparse.Namespace) -> int:
+    """``hf-vanilla push`` (its arguments are in :mod:`hf_vanilla.publishing.push_cli`)."""
     try:
         result = push_run(
             args.run_dir,
@@ -586,4 +511,4 @@ def _run_cli(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["RUN_FILES", "PushResult", "UploadPlan", "add_cli", "model_card_text", "plan_upload", "push_run"]
+__all__ = ["RUN_FILES", "PushResult", "UploadPlan", "model_card_text", "plan_upload", "push_run", "run_cli"]

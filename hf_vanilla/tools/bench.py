@@ -33,14 +33,17 @@ With ``--control`` one more model takes its turn: an identical copy of ours (sam
 ratio against ours (the "A/A" column) would be 1.00 on a perfect machine; how far it strays is how far
 noise alone moves every other ratio of that run.
 
-Heavy imports (torch, transformers) happen inside functions so that ``hf-vanilla --help`` stays fast.
+The command's arguments are in :mod:`hf_vanilla.tools.bench_cli`, which imports this module when the command runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import ctypes
 import math
 import os
+import resource
 import statistics
 import sys
 import time
@@ -48,16 +51,31 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+import torch
+import transformers
+from torch import nn
+from transformers import (
+    BartConfig,
+    BartForConditionalGeneration,
+    BertConfig,
+    BertForMaskedLM,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+)
+
+from ..configuration_vanilla import VanillaConfig
 from ..files.atomic import atomic_write_json
+from ..modeling_vanilla import VanillaForCausalLM, VanillaForMaskedLM, VanillaForSeq2SeqLM
+from ..presets import PRESETS
+from .bench_cli import DESCRIPTION, MEASURES, PAIRS, add_arguments
+from .cpu_kernels import enable_cpu_kernels, onednn_available, onednn_linear
 
 if TYPE_CHECKING:
-    import torch
-    from transformers import PreTrainedModel
-
     from .cpu_kernels import CpuKernelsReport
 
-PAIRS = ("llama", "gpt2", "bert", "bart")
-MEASURES = ("train", "forward", "generate", "memory", "attention-memory")
 GENERATING = ("llama", "gpt2", "bart")  # the pairs with a generate() worth timing
 
 
@@ -107,8 +125,6 @@ class Pair:
 
 
 def _ours(head: type, attn: str, **fields: Any) -> PreTrainedModel:
-    from ..configuration_vanilla import VanillaConfig
-
     # Dropout off in both models of every pair: it is random work that would make runs differ.
     config = VanillaConfig(**{**fields, "hidden_dropout": 0.0, "attention_dropout": 0.0, "activation_dropout": 0.0})
     config._attn_implementation = attn
@@ -116,11 +132,6 @@ def _ours(head: type, attn: str, **fields: Any) -> PreTrainedModel:
 
 
 def llama_pair(sizes: Sizes, attn: str) -> Pair:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from ..modeling_vanilla import VanillaForCausalLM
-    from ..presets import PRESETS
-
     rope = {"rope_type": "default", "rope_theta": 10000.0}
     shape = dict(vocab_size=sizes.vocab, hidden_size=sizes.hidden, intermediate_size=sizes.gated_ffn,
                  num_hidden_layers=sizes.layers, num_attention_heads=sizes.heads,
@@ -132,11 +143,6 @@ def llama_pair(sizes: Sizes, attn: str) -> Pair:
 
 
 def gpt2_pair(sizes: Sizes, attn: str) -> Pair:
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    from ..modeling_vanilla import VanillaForCausalLM
-    from ..presets import PRESETS
-
     ours = _ours(VanillaForCausalLM, attn, **{**PRESETS["gpt2"], **dict(
         vocab_size=sizes.vocab, hidden_size=sizes.hidden, intermediate_size=sizes.ffn, num_hidden_layers=sizes.layers,
         num_attention_heads=sizes.heads, max_position_embeddings=1024, pad_token_id=0, bos_token_id=1,
@@ -149,11 +155,6 @@ def gpt2_pair(sizes: Sizes, attn: str) -> Pair:
 
 
 def bert_pair(sizes: Sizes, attn: str) -> Pair:
-    from transformers import BertConfig, BertForMaskedLM
-
-    from ..modeling_vanilla import VanillaForMaskedLM
-    from ..presets import PRESETS
-
     ours = _ours(VanillaForMaskedLM, attn, **{**PRESETS["bert-base"], **dict(
         vocab_size=sizes.vocab, hidden_size=sizes.hidden, intermediate_size=sizes.ffn, num_hidden_layers=sizes.layers,
         num_attention_heads=sizes.heads, max_position_embeddings=512)})
@@ -165,11 +166,6 @@ def bert_pair(sizes: Sizes, attn: str) -> Pair:
 
 
 def bart_pair(sizes: Sizes, attn: str) -> Pair:
-    from transformers import BartConfig, BartForConditionalGeneration
-
-    from ..modeling_vanilla import VanillaForSeq2SeqLM
-    from ..presets import PRESETS
-
     depth = max(1, sizes.layers // 2)
     ours = _ours(VanillaForSeq2SeqLM, attn, **{**PRESETS["bart-base"], **dict(
         vocab_size=sizes.vocab, hidden_size=sizes.hidden, intermediate_size=sizes.ffn, num_hidden_layers=depth,
@@ -192,17 +188,12 @@ def build_pair(
 ) -> Pair:
     """The pair; with ``cpu_kernels``, also a copy of ours (same weights) with the CPU kernels on; with
     ``control``, also a plain copy of ours."""
-    import copy
-
-    import torch
 
     torch.manual_seed(seed)
     pair = BUILDERS[name](sizes, attn)
     if control:
         pair.control = copy.deepcopy(pair.ours)
     if cpu_kernels:
-        from .cpu_kernels import enable_cpu_kernels
-
         pair.tuned = copy.deepcopy(pair.ours)
         pair.kernels = enable_cpu_kernels(pair.tuned)
     return pair
@@ -214,8 +205,6 @@ def count_params(model: PreTrainedModel) -> int:
 
 def flop_params(model: PreTrainedModel) -> int:
     """N of the 6·N rule: parameters outside embedding tables, plus the output head (tied or not)."""
-    from torch import nn
-
     embedding_weights = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     body = sum(p.numel() for p in model.parameters() if id(p) not in embedding_weights)
     head = model.get_output_embeddings()
@@ -241,8 +230,6 @@ def train_flops_per_step(model: PreTrainedModel, sizes: Sizes) -> float:
 
 def make_inputs(kind: str, batch: int, length: int, vocab: int, labels: bool, seed: int = 0) -> dict[str, torch.Tensor]:
     """The same random tokens (ids >= 3, clear of the special tokens) for both models of a pair."""
-    import torch
-
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(3, vocab, (batch, length), generator=generator)
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
@@ -271,8 +258,6 @@ def train_step(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> Calla
 
 
 def forward_pass(model: PreTrainedModel, inputs: dict[str, torch.Tensor], kind: str) -> Callable[[], None]:
-    import torch
-
     # A plain forward builds no KV cache (encoders have none to turn off).
     settings = {} if kind == "masked" else {"use_cache": False}
 
@@ -287,8 +272,6 @@ def generation(
     model: PreTrainedModel, inputs: dict[str, torch.Tensor], new_tokens: int, **settings: Any
 ) -> Callable[[], None]:
     """Greedy generate() of exactly ``new_tokens`` per sequence (no EOS), the KV cache on."""
-    import torch
-
     def run() -> None:
         with torch.inference_mode():
             model.generate(**inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
@@ -329,10 +312,6 @@ class square_matmul:  # noqa: N801 -- used like a function that carries its FLOP
     """
 
     def __init__(self, side: int, library: str = "torch"):
-        import torch
-
-        from .cpu_kernels import onednn_available, onednn_linear
-
         self.a, self.b = torch.randn(side, side), torch.randn(side, side)
         self.flops = 2 * side**3
         self.product = onednn_linear if library == "onednn" and onednn_available() else torch.nn.functional.linear
@@ -362,8 +341,6 @@ def _return_freed_memory() -> None:
     Blocks >= 64 KiB are then mapped and unmapped, never parked in the heap, so freed activations leave
     the RSS and a peak is the real high-water mark of the call being measured.
     """
-    import ctypes
-
     try:
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD
@@ -374,8 +351,6 @@ def _return_freed_memory() -> None:
 
 def _start_peak_tracking() -> int:
     """Make the peak RSS start at the current RSS and return it (KiB)."""
-    import resource
-
     _return_freed_memory()
     try:
         with open("/proc/self/clear_refs", "w") as refs:
@@ -386,8 +361,6 @@ def _start_peak_tracking() -> int:
 
 
 def _peak_kib() -> int:
-    import resource
-
     try:
         return _rss_kib("VmHWM")
     except OSError:
@@ -405,8 +378,6 @@ def peak_memory_mib(run: Callable[[], object]) -> float:
     call.
     NaN without fork.
     """
-    import torch
-
     if not hasattr(os, "fork"):
         return float("nan")
     read_end, write_end = os.pipe()
@@ -555,8 +526,6 @@ def bench_pair(pair: Pair, sizes: Sizes, measures: Sequence[str], repeats: int, 
 
 def bench_compile(pair: Pair, sizes: Sizes, repeats: int, eager_rows: dict[str, Row], log) -> list[Row]:
     """Both models compiled (inductor): a training step, and generate() with a static cache."""
-    import torch
-
     rows: list[Row] = []
     name, kind = pair.name, pair.kind
     inputs = make_inputs(kind, sizes.batch, sizes.seq, sizes.vocab, labels=True)
@@ -594,8 +563,6 @@ def attention_memory_rows(sizes: Sizes, log) -> list[Row]:
     The bare models (no LM head) at batch 1, so the numbers are the attention's: eager attention holds
     (heads, T, T) scores and grows quadratically with T; SDPA's flash kernel works in tiles and must not.
     """
-    import torch
-
     memory_sizes = replace(sizes, hidden=sizes.hidden // 2, heads=max(2, sizes.heads // 2),
                            kv_heads=max(1, sizes.kv_heads // 2), layers=1)
     rows = []
@@ -635,9 +602,6 @@ def run_benchmark(
     log: Callable[[object], None] | None = None,
 ) -> list[Row]:
     """Build every pair, measure, and return the rows (see the module docstring)."""
-    import torch
-    import transformers
-
     log = log or (lambda message: None)
     transformers.logging.set_verbosity_error()  # config notices from the reference models are not results
     if threads:
@@ -716,23 +680,6 @@ def log_message(message: object) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pairs", nargs="+", choices=PAIRS, default=list(PAIRS), help="which pairs (default: all)")
-    parser.add_argument("--measure", nargs="+", choices=MEASURES, default=list(MEASURES), dest="measures",
-                        help="which measurements (default: all)")
-    parser.add_argument("--tiny", action="store_true", help="tiny sizes and few repeats: a smoke test, not a benchmark")
-    parser.add_argument("--repeats", type=int, default=None, help="rounds per measurement (default 7; tiny 3)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    parser.add_argument("--compile", action="store_true", help="also time both models under torch.compile (slow)")
-    parser.add_argument("--attn", default="sdpa", choices=("sdpa", "eager"), help="attention backend of both models")
-    parser.add_argument("--cpu-kernels", action="store_true",
-                        help="also time ours with hf_vanilla.tools.cpu_kernels on (the tuned columns)")
-    parser.add_argument("--control", action="store_true",
-                        help="also time an identical copy of ours: the A/A column, how far noise alone moves a ratio")
-    parser.add_argument("--json", metavar="FILE", help="write the rows as JSON: "
-                        "[{name, ours, reference, unit, ratio, tuned, tuned_ratio, control_ratio}]")
-
-
 def run_from_args(args: argparse.Namespace) -> int:
     rows = run_benchmark(pairs=args.pairs, measures=args.measures, tiny=args.tiny, repeats=args.repeats,
                          threads=args.threads, compile=args.compile, attn=args.attn, cpu_kernels=args.cpu_kernels,
@@ -743,15 +690,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_cli(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("bench", help="benchmark against transformers' Llama, GPT-2, BERT and BART",
-                                   description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    parser.set_defaults(func=run_from_args)
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="bench", description=DESCRIPTION)
     add_arguments(parser)
     return run_from_args(parser.parse_args(argv))
 

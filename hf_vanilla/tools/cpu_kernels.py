@@ -53,7 +53,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F  # noqa: N812 -- the usual alias
 from torch import nn
+from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 ATTENTION_NAME = "hf_vanilla_cpu_sdpa"  # SDPA, except one CPU query token where the inline path measured faster
 MARGIN = 0.05  # the tuned kernel must be this much faster (median) to be chosen
@@ -361,9 +363,6 @@ def cpu_sdpa_attention(
 
 def register_attention() -> None:
     """Register :data:`ATTENTION_NAME` with transformers (the function, and SDPA's mask format for it)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
     AttentionInterface.register(ATTENTION_NAME, cpu_sdpa_attention)
     AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
 

@@ -9,10 +9,12 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+from safetensors.torch import load_file
+
 from .trainer import recorded_checkpoints
 
 if TYPE_CHECKING:
-    import torch
     from datasets import Dataset
     from transformers import Trainer
 
@@ -26,9 +28,6 @@ def newest_checkpoints(run_dir: Path, count: int) -> list[Path]:
 
 def averaged_weights(checkpoints: list[Path]) -> dict[str, torch.Tensor]:
     """The element-wise mean of the checkpoints' floating-point weights (other tensors: the newest's)."""
-    import torch
-    from safetensors.torch import load_file
-
     total: dict[str, torch.Tensor] = {}
     for checkpoint in checkpoints:
         for path in sorted(checkpoint.glob("model*.safetensors")):
@@ -48,8 +47,6 @@ def average_if_better(trainer: Trainer, run_dir: Path, count: int, validation: D
     """Put the mean of the run's ``count`` newest checkpoints into ``trainer.model`` if it scores better on
     ``validation`` (``eval_<metric>``) than the final weights; otherwise leave the final weights. Returns what
     was compared and chosen."""
-    import torch
-
     checkpoints = newest_checkpoints(run_dir, count)
     if len(checkpoints) < 2:
         return {"kept": False, "reason": f"only {len(checkpoints)} checkpoint(s) to average"}

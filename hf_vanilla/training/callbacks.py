@@ -9,6 +9,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+import torch
 from transformers import TrainerCallback
 
 if TYPE_CHECKING:
@@ -19,8 +20,6 @@ logger = logging.getLogger(__name__)
 
 def _any_process(flag, device) -> bool:
     """True if ``flag`` (a bool or a boolean tensor) is true on any process, with one host sync."""
-    import torch
-
     value = torch.as_tensor(flag, dtype=torch.float32, device=device).reshape(1)
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
@@ -42,8 +41,6 @@ class NonFiniteLossGuard(TrainerCallback):
         self.tripped_at: int | None = None
 
     def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
-        import torch
-
         grads = [p.grad for p in model.parameters() if p.grad is not None] if model is not None else []
         # FSDP2 gradients are DTensors: check this process's shard; the all-reduce covers the rest.
         local = [g.to_local() if hasattr(g, "to_local") else g for g in grads]

@@ -10,6 +10,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import accelerate
+import datasets
+import tokenizers
+import torch
+import transformers
+
 from .. import __version__
 from ..files.atomic import atomic_write_json, atomic_write_text
 from ..publishing.card import build_model_card
@@ -23,13 +29,6 @@ if TYPE_CHECKING:
 
 
 def environment() -> dict[str, Any]:
-    import accelerate
-    import datasets
-    import tokenizers
-    import torch
-    import transformers
-
-
     return {
         "hf_vanilla": __version__, "transformers": transformers.__version__, "torch": torch.__version__,
         "accelerate": accelerate.__version__, "datasets": datasets.__version__,

@@ -17,6 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+import transformers
+from accelerate import PartialState
+from transformers import AutoTokenizer, Seq2SeqTrainingArguments, TrainingArguments, set_seed
+from transformers.integrations.integration_utils import default_logdir
+from transformers.trainer import TRAINER_STATE_NAME
+
+from .. import modeling_vanilla
 from ..checkpoint import ensure_code_files, shipped_auto_map
 from ..configuration_vanilla import VanillaConfig
 from ..files.atomic import clear_disk_errors
@@ -110,9 +118,6 @@ def train(task: str, output_dir: str | os.PathLike[str], *, callbacks: Sequence[
 
 def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list,
         resume_command: str | None = None) -> RunResult:
-    from accelerate import PartialState
-    from transformers import set_seed
-
     t_start = time.perf_counter()
     # The distributed state must exist before anything asks which process is main. Without an
     # accelerator it must be told cpu=True, or `accelerate launch` on a CPU machine gives N
@@ -176,8 +181,6 @@ def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list,
 
 
 def has_accelerator() -> bool:
-    import torch
-
     accelerator = getattr(torch, "accelerator", None)
     if accelerator is not None and hasattr(accelerator, "is_available"):
         return bool(accelerator.is_available())
@@ -194,8 +197,6 @@ def resume_checkpoint(run_dir: Path, opts: TrainOptions) -> Path | None:
 def obtain_tokenizer(task: Task, raw, run_dir: Path, opts: TrainOptions, resume_from: Path | None, is_main: bool):
     """The tokenizer of ``init_from`` or of the checkpoint resumed from; else trained on the training split
     (by the main process; the others read the one it saved, so every process tokenises alike)."""
-    from transformers import AutoTokenizer
-
     source = opts.init_from or resume_from or (None if is_main else run_dir)
     if source is not None:
         return AutoTokenizer.from_pretrained(source)
@@ -204,9 +205,6 @@ def obtain_tokenizer(task: Task, raw, run_dir: Path, opts: TrainOptions, resume_
 
 def build_model(task: Task, tokenizer, raw, opts: TrainOptions):
     """A fresh model of the task's head (size preset + vocabulary + overrides), or ``init_from``'s weights."""
-    import transformers
-
-    from .. import modeling_vanilla
 
     if opts.init_from:
         auto = getattr(transformers, task.auto_class)  # importing hf_vanilla registered our classes
@@ -289,8 +287,6 @@ def warmup_steps(opts: TrainOptions, total_steps: int) -> int:
 
 def training_arguments(task: Task, run_dir: Path, opts: TrainOptions, total_steps: int, hidden_size: int,
                        use_cpu: bool):
-    from transformers import Seq2SeqTrainingArguments, TrainingArguments
-
     eval_steps = opts.eval_steps or max(1, total_steps // 8)
     return (Seq2SeqTrainingArguments if task.seq2seq else TrainingArguments)(
         output_dir=str(run_dir),
@@ -357,8 +353,6 @@ def claim_tracker_logs(folder: OutputFolder, opts: TrainOptions) -> None:
     run's own, named before the Trainer creates it."""
     trackers = {name.strip() for name in str(opts.report_to).split(",")}
     if trackers & {"tensorboard", "all"}:
-        from transformers.integrations.integration_utils import default_logdir
-
         folder.claim([Path(default_logdir()).parts[0]])
 
 
@@ -477,8 +471,6 @@ def finish(task: Task, folder: OutputFolder, opts: TrainOptions, trainer, raw, d
     model = trainer.accelerator.unwrap_model(trainer.model).eval()
     samples = []
     if is_main and opts.num_samples > 0:
-        import torch
-
         with torch.no_grad():
             samples = task.samples(model, tokenizer, raw, data, evaluation, opts)
     model.config.use_cache = use_cache
@@ -530,8 +522,6 @@ def save_final_model(trainer, folder: OutputFolder, is_main: bool) -> None:
 
 def save_trainer_state(trainer, folder: OutputFolder, is_main: bool) -> None:
     """The Trainer's trainer_state.json at the top of the run (the main process writes it, named first)."""
-    from transformers.trainer import TRAINER_STATE_NAME
-
     if is_main:
         folder.declare(TRAINER_STATE_NAME)
     trainer.save_state()

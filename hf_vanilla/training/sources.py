@@ -6,11 +6,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from datasets import DatasetDict
+
 from ..corpora import load_local_files, load_named_dataset
 
 if TYPE_CHECKING:
-    from datasets import DatasetDict
-
     from ..tasks import Task
     from .options import TrainOptions
 
@@ -80,8 +80,6 @@ def load_task_data(task: Task, opts: TrainOptions) -> tuple[DatasetDict, dict[st
     Without a validation split one is cut from train (``validation_fraction``); data with only train
     and test uses test for validation; without a test split the final evaluation uses validation.
     """
-    from datasets import DatasetDict
-
     dsd, description = load_raw(task, opts)
     dsd = DatasetDict(dict(dsd))
     if "train" not in dsd:

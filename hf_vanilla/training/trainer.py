@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import logging
 import os
 import re
 import shutil
+import zipfile
 from pathlib import Path
+
+from safetensors.torch import load_file
+from torch.utils.data import SequentialSampler
+from transformers import Seq2SeqTrainer, Trainer, TrainerState
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length
 
 from ..checkpoint import ensure_code_files
 from ..files.atomic import clear_disk_errors, fsync_path, fsync_tree, make_shareable
@@ -20,10 +27,6 @@ logger = logging.getLogger(__name__)
 @functools.cache
 def trainer_classes() -> tuple[type, type]:
     """``(VanillaTrainer, VanillaSeq2SeqTrainer)``: built on first use, so importing this module stays light."""
-    from torch.utils.data import SequentialSampler
-    from transformers import Seq2SeqTrainer, Trainer
-    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length
-
     class AtomicCheckpointMixin:
         """Trainer checkpoints that appear all at once, always carry the model code, are the run's own by its
         record, and say "No space left on device" when the disk fills.
@@ -112,9 +115,6 @@ def rotate_recorded(folder: OutputFolder, limit: int | None, best: str | None) -
 
 def checkpoint_problem(checkpoint: Path) -> str | None:
     """Why ``checkpoint`` cannot be resumed from (naming the file), or None if it reads back."""
-    import json
-
-    from safetensors.torch import load_file
 
     state = checkpoint / "trainer_state.json"
     try:
@@ -150,8 +150,6 @@ def torch_archive_problem(path: Path) -> str | None:
     """Why a ``torch.save`` file is damaged, or None: its zip archive must open and every member match its CRC
     (a truncated or overwritten file fails here, before the Trainer's ``torch.load`` throws a traceback). Nothing
     is unpickled."""
-    import zipfile
-
     try:
         with zipfile.ZipFile(path) as archive:
             bad = archive.testzip()
@@ -161,16 +159,12 @@ def torch_archive_problem(path: Path) -> str | None:
 
 
 def checkpoint_step(checkpoint: Path) -> int:
-    import json
-
     return int(json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["global_step"])
 
 
 def recorded_checkpoints(run_dir: Path) -> list[Path]:
     """The run's ``checkpoint-N`` folders, oldest first: those its record lists (a folder of the user's named
     like one, ``checkpoint-3-best`` or even ``checkpoint-4``, is not the run's)."""
-    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
     name = re.compile(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)")
     found = [path for path in own_files(run_dir) if path.is_dir() and name.fullmatch(path.name)]
     return sorted(found, key=lambda path: int(name.fullmatch(path.name).group(1)))
@@ -203,9 +197,6 @@ def find_resume_checkpoint(run_dir: Path, resume: str) -> Path | None:
 def load_finished_checkpoint(trainer, checkpoint: Path) -> None:
     """Give ``trainer`` the weights and state of a checkpoint that already reached the last step, without
     training: resuming a finished run (or one killed during its final save) must not train further."""
-    from safetensors.torch import load_file
-    from transformers import TrainerState
-
     model = trainer.model
     state_dict = {}
     for path in sorted(checkpoint.glob("model*.safetensors")):

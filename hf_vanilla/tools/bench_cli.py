@@ -1,0 +1,42 @@
+"""`hf-vanilla bench`: hf_vanilla against transformers' own models, built at matched sizes.
+
+The command's arguments and the names they choose from, without torch (so ``hf-vanilla bench --help`` answers at
+once); the benchmark itself, :mod:`hf_vanilla.tools.bench`, is imported when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..extras import load_when_run
+
+PAIRS = ("llama", "gpt2", "bert", "bart")
+MEASURES = ("train", "forward", "generate", "memory", "attention-memory")
+DESCRIPTION = __doc__.split("\n\n")[0]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pairs", nargs="+", choices=PAIRS, default=list(PAIRS), help="which pairs (default: all)")
+    parser.add_argument("--measure", nargs="+", choices=MEASURES, default=list(MEASURES), dest="measures",
+                        help="which measurements (default: all)")
+    parser.add_argument("--tiny", action="store_true", help="tiny sizes and few repeats: a smoke test, not a benchmark")
+    parser.add_argument("--repeats", type=int, default=None, help="rounds per measurement (default 7; tiny 3)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--compile", action="store_true", help="also time both models under torch.compile (slow)")
+    parser.add_argument("--attn", default="sdpa", choices=("sdpa", "eager"), help="attention backend of both models")
+    parser.add_argument("--cpu-kernels", action="store_true",
+                        help="also time ours with hf_vanilla.tools.cpu_kernels on (the tuned columns)")
+    parser.add_argument("--control", action="store_true",
+                        help="also time an identical copy of ours: the A/A column, how far noise alone moves a ratio")
+    parser.add_argument("--json", metavar="FILE", help="write the rows as JSON: "
+                        "[{name, ours, reference, unit, ratio, tuned, tuned_ratio, control_ratio}]")
+
+
+def add_cli(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("bench", help="benchmark against transformers' Llama, GPT-2, BERT and BART",
+                                   description=DESCRIPTION)
+    add_arguments(parser)
+    parser.set_defaults(func=load_when_run("hf_vanilla.tools.bench", "run_from_args"))
+
+
+__all__ = ["DESCRIPTION", "MEASURES", "PAIRS", "add_arguments", "add_cli"]
