@@ -186,7 +186,7 @@ def test_a_hub_that_never_answers_times_out_clearly_and_the_push_run_again_start
     exit_codes = []
     with socket.create_server(("127.0.0.1", 0)) as silent:  # the kernel takes the connection; nobody answers
         url = f"http://127.0.0.1:{silent.getsockname()[1]}"
-        monkeypatch.setattr(huggingface_hub, "HfApi", lambda token=None: HfApi(endpoint=url, token=TOKEN))
+        monkeypatch.setattr("hf_vanilla.publishing.hub.HfApi", lambda token=None: HfApi(endpoint=url, token=TOKEN))
         push = ["push", str(folder), "tester/silent", "--timeout", "0.5"]
         pushing = threading.Thread(target=lambda: exit_codes.append(cli.main(push)), daemon=True)
         pushing.start()
@@ -258,7 +258,7 @@ def test_a_push_publishes_no_local_path_and_no_text_of_private_data_unless_asked
     assert local in (run / "run.json").read_text()
     prompt = json.loads((run / "metrics.json").read_text())["samples"][0]["prompt"]  # the test file's first words
     api = FakeHfApi()
-    monkeypatch.setattr(huggingface_hub, "HfApi", lambda token=None: api)
+    monkeypatch.setattr("hf_vanilla.publishing.hub.HfApi", lambda token=None: api)
 
     assert cli.main(["push", str(run), "tester/private-data"]) == 0
     said = capsys.readouterr().out
