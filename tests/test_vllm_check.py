@@ -1,5 +1,5 @@
-"""scripts/vllm_check.py without vLLM: which folders it refuses, how it compares two engines, its reference side
-(transformers), the worker protocol, and the tables. vLLM itself (3.5 GB) stays out of the default suite."""
+"""scripts/vllm_check.py and vllm_bench.py without vLLM: which folders they refuse, how they compare two engines,
+the reference side (transformers), the worker protocol, and the tables. vLLM itself (3.5 GB) stays out of the default suite."""
 
 from __future__ import annotations
 
@@ -17,10 +17,20 @@ from hf_vanilla import VanillaConfig, VanillaForCausalLM, variants
 from tests.factories import config_for_row
 
 ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("vllm_check", ROOT / "scripts" / "vllm_check.py")
-vllm_check = importlib.util.module_from_spec(spec)
-sys.modules["vllm_check"] = vllm_check  # dataclasses look their module up by name
-spec.loader.exec_module(vllm_check)
+
+
+def load_script(name: str):
+    """scripts/NAME.py as the module NAME, as running it puts scripts/ first on the path (vllm_bench imports
+    vllm_check by name; dataclasses look their module up by name)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+vllm_check = load_script("vllm_check")
+vllm_bench = load_script("vllm_bench")
 
 Completion = vllm_check.Completion
 TINY = vllm_check.Shape(vocab=96, hidden=64, layers=2, heads=2, kv_heads=1, ffn=96, max_positions=64)
@@ -181,7 +191,7 @@ def test_transformers_embeddings_are_the_first_tokens_final_hidden_state(tmp_pat
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    return vllm_check.build_pair(TINY, tmp_path_factory.mktemp("pair"))
+    return vllm_bench.build_pair(TINY, tmp_path_factory.mktemp("pair"))
 
 
 def test_the_pair_is_saved_with_its_code_and_is_servable(pair):
@@ -265,23 +275,23 @@ def test_the_worker_runs_offline_and_without_this_checkout(monkeypatch):
 
 def test_throughputs_and_paired_ratios():
     times = {"a": [1.0, 2.0, 4.0], "b": [2.0, 2.0, 2.0]}
-    rows = {row.engine: row for row in vllm_check.throughputs(times, batch=2, new_tokens=10)}
+    rows = {row.engine: row for row in vllm_bench.throughputs(times, batch=2, new_tokens=10)}
     assert (rows["a"].median, rows["a"].minimum, rows["a"].maximum, rows["a"].rounds) == (10.0, 5.0, 20.0, 3)
-    (ratio,) = vllm_check.ratios(times, batch=2, pairs=[("a", "b"), ("a", "absent")])
+    (ratio,) = vllm_bench.ratios(times, batch=2, pairs=[("a", "b"), ("a", "absent")])
     assert (ratio.median, ratio.minimum, ratio.maximum) == (1.0, 0.5, 2.0)  # per round: 2, 1, 0.5
 
 
 def test_the_markdown_report_states_the_target_and_every_figure():
-    times = {engine: [1.0, 1.0] for engine in vllm_check.ENGINES}
+    times = {engine: [1.0, 1.0] for engine in vllm_bench.ENGINES}
     times["vllm/vanilla (transformers backend)"] = [1.25, 1.25]  # 0.8x the Llama through the same backend
     report = {"versions": {"vllm": "0.32.0", "torch": "2.13.0", "transformers": "5.19.0"}, "threads": 2,
               "prompt_tokens": 16, "new_tokens": 64, "repeats": 2, "machine": {"cpu": "AMD EPYC", "cores": 2},
               "load_average": {"16": [1.5, 2.3]},
-              "throughputs": [vars(r) for r in vllm_check.throughputs(times, 16, 64)],
-              "ratios": [vars(r) for r in vllm_check.ratios(times, 16, vllm_check.RATIOS)]}
+              "throughputs": [vars(r) for r in vllm_bench.throughputs(times, 16, 64)],
+              "ratios": [vars(r) for r in vllm_bench.ratios(times, 16, vllm_bench.RATIOS)]}
     agreement = vllm_check.Agreement(requests=2, new_tokens=8, tokens_equal=8, max_prompt_logprob_diff=2e-6)
     check = vllm_check.CheckResult("vllm/llama (vllm's own)", "/x", 1e-3, 2, 4, 1e-6, agreement, agreement)
-    text = vllm_check.bench_markdown(report, [check])
+    text = vllm_bench.bench_markdown(report, [check])
     assert "vLLM 0.32.0" in text and "AMD EPYC, 2 threads" in text and "batch 16 1.5/2.3" in text
     assert "| vllm/llama (vllm's own) | one batch | 8/8 | 2.0e-06 |" in text
     assert "| vllm/vanilla (transformers backend) | 16 | 819.2 | 819.2 | 819.2 | 2 |" in text
@@ -289,19 +299,23 @@ def test_the_markdown_report_states_the_target_and_every_figure():
 
 
 def test_arguments():
-    args = vllm_check.parse_args(["bench"])
+    args = vllm_bench.parse_args(["bench"])
     assert args.batches == [1, 16] and args.threads >= 1 and args.atol == vllm_check.DEFAULT_ATOL
-    assert [vllm_check.ENGINE_KEYS[key] for key in args.engines] == list(vllm_check.ENGINES)
-    args = vllm_check.parse_args(["bench", "--models", "vanilla=/a,llama=/b", "--threads", "2", "--engines",
+    assert [vllm_bench.ENGINE_KEYS[key] for key in args.engines] == list(vllm_bench.ENGINES)
+    args = vllm_bench.parse_args(["bench", "--models", "vanilla=/a,llama=/b", "--threads", "2", "--engines",
                                   "vllm-vanilla", "vllm-llama"])
     assert args.models == {"vanilla": "/a", "llama": "/b"} and args.threads == 2
     assert args.engines == ["vllm-vanilla", "vllm-llama"]
     with pytest.raises(SystemExit):
-        vllm_check.parse_args(["bench", "--models", "vanilla=/a"])
+        vllm_bench.parse_args(["bench", "--models", "vanilla=/a"])
     with pytest.raises(SystemExit):
         vllm_check.parse_args(["check", "/x", "--threads", "0"])
     with pytest.raises(SystemExit):
-        vllm_check.parse_args(["bench", "--engines", "vllm"])
+        vllm_bench.parse_args(["bench", "--engines", "vllm"])
+    with pytest.raises(SystemExit):
+        vllm_bench.parse_args(["profile", "--threads", "0"])
+    with pytest.raises(SystemExit):  # timing is the other script's
+        vllm_check.parse_args(["bench"])
 
 
 def test_rows_builds_a_servable_decoder_for_every_row_vllm_serves(tmp_path):
