@@ -3,8 +3,8 @@
 
 The other commit is a checkout (e.g. `git worktree add /tmp/baseline 1dca436`) whose ``hf_vanilla``
 package is imported under the name ``hf_vanilla_baseline``. Each generating pair of the benchmark is built
-by both packages with the same weights; three models take turns: baseline, ours plain, ours with the CPU
-kernels on. Ratios are medians of per-round ratios against the baseline (> 1: faster than the baseline).
+by both packages with the same weights, and the two take turns. Ratios are medians of per-round ratios against the
+baseline (> 1: faster than the baseline).
 
     python scripts/ab_decode.py /tmp/baseline --pairs llama gpt2 --repeats 7
 """
@@ -51,25 +51,23 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     baseline_bench = import_baseline(args.baseline)
     sizes = bench.TINY if args.tiny else bench.FULL
-    print("| row | baseline | plain | tuned | unit | plain / baseline | tuned / baseline |")
-    print("|---|---:|---:|---:|---|---:|---:|")
+    print("| row | baseline | ours | unit | ours / baseline |")
+    print("|---|---:|---:|---|---:|")
     for name in args.pairs:
-        pair = bench.build_pair(name, sizes, cpu_kernels=True)
+        pair = bench.build_pair(name, sizes)
         baseline = baseline_bench.build_pair(name, baseline_bench.FULL if not args.tiny else baseline_bench.TINY).ours
         baseline.load_state_dict(pair.ours.state_dict())
-        models = {"baseline": baseline.eval(), "plain": pair.ours.eval(), "tuned": pair.tuned.eval()}
+        models = {"baseline": baseline.eval(), "ours": pair.ours.eval()}
         for batch in (1, 8):
             inputs = bench.make_inputs(pair.kind, batch, sizes.prompt, sizes.vocab, labels=False)
             inputs.pop("decoder_input_ids", None)
             runs = {side: bench.generation(model, inputs, sizes.new_tokens) for side, model in models.items()}
-            bench.settle_tuned(pair, runs["tuned"])
             times = bench.alternate(runs, args.repeats)
             rate = {side: [batch * sizes.new_tokens / t for t in series] for side, series in times.items()}
             median = {side: statistics.median(series) for side, series in rate.items()}
-            ratio = {side: statistics.median(a / b for a, b in zip(rate[side], rate["baseline"], strict=True))
-                     for side in ("plain", "tuned")}
-            print(f"| generate-b{batch}/{name} | {median['baseline']:.1f} | {median['plain']:.1f} | "
-                  f"{median['tuned']:.1f} | tokens/s | {ratio['plain']:.2f} | {ratio['tuned']:.2f} |", flush=True)
+            ratio = statistics.median(a / b for a, b in zip(rate["ours"], rate["baseline"], strict=True))
+            print(f"| generate-b{batch}/{name} | {median['baseline']:.1f} | {median['ours']:.1f} | tokens/s | "
+                  f"{ratio:.2f} |", flush=True)
     return 0
 
 

@@ -4,7 +4,7 @@
 For the training step and cached ``generate()`` at batch 1 and 8 (the bench's rows, its shapes and inputs), each
 model's time per call is split into groups of aten ops by their self CPU time under ``torch.profiler``:
 
-* ``matmul``: the products (``mm``, ``addmm``, ``bmm``, ... and oneDNN's linear);
+* ``matmul``: the products (``mm``, ``addmm``, ``bmm``, ...);
 * ``attention``: SDPA's kernels, forward and backward;
 * ``element-wise``: everything else that computes or copies (norms, RoPE, activations, residuals, the
   embedding, the loss, casts and copies);
@@ -16,13 +16,6 @@ Each model runs ``--profiled`` profiled calls, the two models taking turns, and 
 over those calls, so a call that the scheduler interrupted (a shared machine) does not set a figure. The
 unprofiled wall times and the ratio column come from ``--repeats`` alternating rounds (bench.alternate), the
 ratio being the median of per-round ratios as in the bench. ``--top`` lists the ops whose time differs most.
-
-``--measure products`` instead times each distinct linear-layer shape of ours on its own, ``F.linear`` (MKL for
-float32 on x86) against oneDNN's product, at 1 and 8 rows (a decoding step at batch 1 and 8) and at a training
-batch's rows, with the sum over the model's layers: which GEMM library this host favours, and where.
-
-With ``--cpu-kernels`` "ours" is hf_vanilla with the opt-in CPU kernels on (oneDNN's products then count as
-``matmul``), as the bench's tuned column.
 
     python scripts/profile_pair.py --pair llama --threads 2 --repeats 5
 """
@@ -43,7 +36,7 @@ from hf_vanilla.tools import bench
 
 GROUPS = ("matmul", "attention", "element-wise", "views", "other")
 MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addmv", "aten::mv", "aten::dot",
-           "aten::matmul", "aten::linear", "mkldnn::_linear_pointwise"}
+           "aten::matmul", "aten::linear"}
 VIEWS = {"aten::view", "aten::reshape", "aten::_reshape_alias", "aten::_unsafe_view", "aten::transpose",
          "aten::t", "aten::permute", "aten::unsqueeze", "aten::squeeze", "aten::expand", "aten::slice",
          "aten::select", "aten::narrow", "aten::as_strided", "aten::alias", "aten::detach", "aten::detach_",
@@ -125,58 +118,16 @@ def workloads(pair: bench.Pair, sizes: bench.Sizes) -> dict[str, Callable]:
     }
 
 
-def time_product(rows: int, fan_in: int, fan_out: int, has_bias: bool, repeats: int) -> tuple[float, float]:
-    """Median seconds of one ``rows x fan_in -> fan_out`` product without grad: (F.linear, oneDNN)."""
-    import torch
-    import torch.nn.functional as F  # noqa: N812 -- the usual alias
-
-    from hf_vanilla.tools.cpu_kernels import median_times, onednn_linear
-
-    x, weight = torch.randn(rows, fan_in), torch.randn(fan_out, fan_in)
-    bias = torch.randn(fan_out) if has_bias else None
-    with torch.no_grad():
-        return median_times(lambda: F.linear(x, weight, bias), lambda: onednn_linear(x, weight, bias), repeats)
-
-
-def products(model, token_rows: tuple[int, ...], repeats: int) -> None:
-    """Print F.linear against oneDNN's product for each distinct linear shape of ``model`` at each row count."""
-    from torch import nn
-
-    from hf_vanilla.tools.cpu_kernels import onednn_available
-
-    if not onednn_available():
-        print("products: oneDNN's linear op is not available on this host")
-        return
-    shapes: dict[tuple[int, int, bool], int] = defaultdict(int)
-    for module in model.modules():
-        if isinstance(module, nn.Linear):
-            shapes[(module.in_features, module.out_features, module.bias is not None)] += 1
-    print("\nproducts: median ms of one forward product (no grad), F.linear vs oneDNN, alternating calls")
-    print("| rows x in -> out | layers | F.linear ms | oneDNN ms | F.linear / oneDNN |")
-    print("|---|---:|---:|---:|---:|")
-    for rows in token_rows:
-        totals = [0.0, 0.0]
-        for (fan_in, fan_out, has_bias), count in shapes.items():
-            plain_s, tuned_s = time_product(rows, fan_in, fan_out, has_bias, repeats)
-            totals[0] += count * plain_s
-            totals[1] += count * tuned_s
-            print(f"| {rows} x {fan_in} -> {fan_out} | {count} | {1e3 * plain_s:.3f} | {1e3 * tuned_s:.3f} | "
-                  f"{plain_s / tuned_s:.2f} |")
-        print(f"| {rows} rows, all layers | | {1e3 * totals[0]:.2f} | {1e3 * totals[1]:.2f} | "
-              f"{totals[0] / totals[1]:.2f} |")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pair", choices=bench.GENERATING, default="llama")
-    parser.add_argument("--measure", nargs="+", choices=["train", "generate-b1", "generate-b8", "products"],
+    parser.add_argument("--measure", nargs="+", choices=["train", "generate-b1", "generate-b8"],
                         default=["train", "generate-b1"])
     parser.add_argument("--repeats", type=int, default=5, help="unprofiled alternating rounds")
     parser.add_argument("--profiled", type=int, default=5, help="profiled calls of each model")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--top", type=int, default=8, help="ops with the largest time difference to list")
     parser.add_argument("--tiny", action="store_true", help="tiny sizes: a smoke test")
-    parser.add_argument("--cpu-kernels", action="store_true", help="profile ours with the CPU kernels on")
     args = parser.parse_args(argv)
 
     import os
@@ -188,11 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     sizes = bench.TINY if args.tiny else bench.FULL
-    pair = bench.build_pair(args.pair, sizes, cpu_kernels=args.cpu_kernels)
-    models = {"ours": pair.tuned if args.cpu_kernels else pair.ours, "reference": pair.reference}
-    print(f"pair={args.pair} ours={'tuned (CPU kernels on)' if args.cpu_kernels else 'plain'} threads={torch.get_num_threads()} load average={os.getloadavg()[0]:.1f}")
-    if "products" in args.measure:
-        products(pair.ours, (1, 8, sizes.batch * sizes.seq), max(args.repeats, 15))
+    pair = bench.build_pair(args.pair, sizes)
+    models = {"ours": pair.ours, "reference": pair.reference}
+    print(f"pair={args.pair} threads={torch.get_num_threads()} load average={os.getloadavg()[0]:.1f}")
     for measure, make in workloads(pair, sizes).items():
         if measure not in args.measure:
             continue

@@ -14,13 +14,13 @@ from hf_vanilla.cli import main as cli_main
 from hf_vanilla.tools import bench
 
 ROOT = Path(__file__).resolve().parents[1]
-ROW_KEYS = {"name", "ours", "reference", "unit", "ratio", "tuned", "tuned_ratio", "control_ratio"}
+ROW_KEYS = {"name", "ours", "reference", "unit", "ratio", "control_ratio"}
 
 
 @pytest.fixture(scope="module")
 def tiny_rows(tmp_path_factory) -> list[dict]:
     path = tmp_path_factory.mktemp("bench") / "rows.json"
-    assert cli_main(["bench", "--tiny", "--repeats", "1", "--cpu-kernels", "--control", "--json", str(path)]) == 0
+    assert cli_main(["bench", "--tiny", "--repeats", "1", "--control", "--json", str(path)]) == 0
     return json.loads(path.read_text())
 
 
@@ -28,7 +28,7 @@ def test_rows_have_the_schema(tiny_rows):
     assert tiny_rows and all(set(row) == ROW_KEYS for row in tiny_rows)
     for row in tiny_rows:
         assert isinstance(row["name"], str) and isinstance(row["unit"], str)
-        for key in ("ours", "reference", "ratio", "tuned", "tuned_ratio", "control_ratio"):
+        for key in ("ours", "reference", "ratio", "control_ratio"):
             assert row[key] is None or (isinstance(row[key], int | float) and math.isfinite(row[key]))
     names = [row["name"] for row in tiny_rows]
     assert len(names) == len(set(names))
@@ -42,53 +42,36 @@ def test_every_pair_and_measurement_has_its_row(tiny_rows):
         assert {f"generate-b1/{pair}", f"generate-b8/{pair}"} <= names
     for length in bench.TINY.memory_lengths:
         assert {f"memory-T{length}/eager", f"memory-T{length}/sdpa"} <= names
-    assert "peak/matmul" in names
 
 
 def test_throughputs_are_positive(tiny_rows):
     for row in tiny_rows:
         if row["unit"] == "tokens/s":
             assert row["ours"] > 0 and row["reference"] > 0 and row["ratio"] > 0
-            assert row["tuned"] > 0 and row["tuned_ratio"] > 0  # --cpu-kernels: every model row has a tuned side
-            assert row["control_ratio"] > 0  # --control: and an A/A ratio
+            assert row["control_ratio"] > 0  # --control: every model row has an A/A ratio
 
 
-def test_memory_rows_of_pairs_have_a_tuned_side(tiny_rows):
+def test_memory_rows_of_pairs_have_an_a_a_ratio(tiny_rows):
     for row in tiny_rows:
         if row["name"].startswith("memory-train/"):
-            assert row["tuned"] is not None and row["tuned_ratio"] is not None and row["control_ratio"] is not None
+            assert row["control_ratio"] is not None
 
 
-def test_tuned_pair_has_the_kernels_on_and_the_same_weights():
-    from torch import nn
-
-    from hf_vanilla.tools.cpu_kernels import ATTENTION_NAME, TunedLinear
-
-    pair = bench.build_pair("llama", bench.TINY, cpu_kernels=True)
-    assert pair.tuned.config._attn_implementation == ATTENTION_NAME and pair.ours.config._attn_implementation == "sdpa"
-    assert all(type(m) is nn.Linear for m in pair.ours.modules() if isinstance(m, nn.Linear))
-    assert all(type(m) is TunedLinear for m in pair.tuned.modules() if isinstance(m, nn.Linear))
-    tuned = pair.tuned.state_dict()
-    for name, tensor in pair.ours.state_dict().items():
-        assert tensor.equal(tuned[name]) and tensor.data_ptr() != tuned[name].data_ptr(), name  # a copy, not shared
-
-
-def test_table_shows_tuned_columns_only_when_measured():
-    plain = bench.Row("train/x", 10.0, 8.0, "tokens/s", 1.25)
-    assert bench.format_table([plain]).splitlines()[0] == "| name | ours | reference | unit | ratio |"
-    tuned = bench.Row("train/x", 10.0, 8.0, "tokens/s", 1.25, tuned=12.0, tuned_ratio=1.5)
-    lines = bench.format_table([tuned, bench.Row("peak/matmul", 2.0, 1.0, "GFLOP/s", 2.0)]).splitlines()
-    assert lines[0] == "| name | plain | tuned | reference | unit | plain ratio | tuned ratio |"
-    assert lines[2] == "| train/x | 10 | 12 | 8 | tokens/s | 1.25 | 1.50 |"
-    assert lines[3] == "| peak/matmul | 2 |  | 1 | GFLOP/s | 2.00 |  |"
+def test_the_mfu_row_counts_against_a_matmul_timed_in_its_rounds(tiny_rows):
+    rows = {row["name"]: row for row in tiny_rows}
+    for pair in bench.PAIRS:
+        train, mfu = rows[f"train/{pair}"], rows[f"mfu-train/{pair}"]
+        assert 0 < mfu["ours"] and 0 < mfu["reference"] and mfu["ratio"] == train["ratio"]
 
 
 def test_table_shows_the_a_a_column_when_a_control_ran():
     row = bench.Row("train/x", 10.0, 8.0, "tokens/s", 1.25, control_ratio=0.97)
-    lines = bench.format_table([row, bench.Row("peak/matmul", 2.0, 1.0, "GFLOP/s", 2.0)]).splitlines()
+    lines = bench.format_table([row, bench.Row("memory-T8/sdpa", 2.0, 1.0, "MiB", 0.5)]).splitlines()
     assert lines[:3] == ["| name | ours | reference | unit | ratio | A/A ratio |", "|---|---:|---:|---|---:|---:|",
                          "| train/x | 10 | 8 | tokens/s | 1.25 | 0.97 |"]
-    assert lines[3] == "| peak/matmul | 2 | 1 | GFLOP/s | 2.00 |  |"
+    assert lines[3] == "| memory-T8/sdpa | 2 | 1 | MiB | 0.50 |  |"
+    assert bench.format_table([bench.Row("train/x", 10.0, 8.0, "tokens/s", 1.25)]).splitlines()[0] == \
+        "| name | ours | reference | unit | ratio |"
 
 
 def test_control_is_an_identical_copy_of_ours():
@@ -139,8 +122,8 @@ def test_peak_memory_sees_a_large_allocation():
 
 
 def test_peak_memory_leaves_the_first_two_calls_out():
-    """In a fresh process a tuned model measures its shapes in its second call (its whole-model check runs plain
-    first): that is set-up, not the step's memory (it made tuned training memory 0.91-0.94 of the reference)."""
+    """One-off set-ups that a fresh process makes in its first calls (libraries' kernels and per-thread buffers)
+    are not the call's memory."""
     import torch
 
     calls = []
@@ -189,34 +172,12 @@ def test_profile_groups_ops_and_leaves_the_rest_to_other():
 def test_profile_script_runs_on_tiny_models(monkeypatch, capsys):
     measures = ("train", "generate-b1", "generate-b8")
     monkeypatch.setattr(sys, "argv", ["profile_pair.py", "--tiny", "--repeats", "1", "--profiled", "1", "--top", "2",
-                                      "--measure", *measures, "products"])
+                                      "--measure", *measures])
     with pytest.raises(SystemExit) as exit_:
         runpy.run_path(str(ROOT / "scripts" / "profile_pair.py"), run_name="__main__")
     assert exit_.value.code == 0
     out = capsys.readouterr().out
-    assert "ours=plain" in out
+    assert "pair=llama" in out
     for measure in measures:
         assert f"\n{measure}: wall ours" in out
     assert out.count("| matmul |") == 3 and out.count("| other |") == 3
-    from hf_vanilla.tools.cpu_kernels import onednn_available
-
-    if onednn_available():  # x86 builds: one row per distinct linear shape and row count, and the sums
-        assert all(f"| {rows} rows, all layers |" in out for rows in (1, 8))
-
-
-def test_profile_script_profiles_the_tuned_model_with_cpu_kernels(monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["profile_pair.py", "--tiny", "--repeats", "1", "--profiled", "1", "--top", "2",
-                                      "--measure", "generate-b1", "--cpu-kernels"])
-    with pytest.raises(SystemExit) as exit_:
-        runpy.run_path(str(ROOT / "scripts" / "profile_pair.py"), run_name="__main__")
-    assert exit_.value.code == 0
-    out = capsys.readouterr().out
-    assert "ours=tuned (CPU kernels on)" in out and out.count("| matmul |") == 1
-
-
-def test_the_tuned_model_settles_its_whole_forward_check_before_timing():
-    pair = bench.build_pair("llama", bench.TINY, cpu_kernels=True)
-    inputs = bench.make_inputs(pair.kind, 2, 8, bench.TINY.vocab, labels=False)
-    bench.settle_tuned(pair, bench.forward_pass(pair.tuned.eval(), inputs, pair.kind))
-    check = pair.kernels.model_check
-    assert check.decided and check.samples.keys() <= check.decided.keys()

@@ -1037,30 +1037,6 @@ def test_training_package_reads_in_small_pieces():
     assert len(lengths) > 50 and max(lengths.values()) < 80, max(lengths, key=lengths.get)
 
 
-def test_cpu_kernels_train_with_the_tuned_layers_and_save_a_plain_model(corpus, tmp_path, caplog):
-    """--cpu-kernels swaps the layers during training only: the saved model is the ordinary one."""
-    from transformers import AutoModelForCausalLM
-
-    from hf_vanilla.tools.cpu_kernels import ATTENTION_NAME, TunedLinear
-
-    seen = {}
-
-    class Inspect(TrainerCallback):
-        def on_step_end(self, args, state, control, model=None, **kwargs):
-            seen["linear"] = {type(m).__name__ for m in model.modules() if isinstance(m, torch.nn.Linear)}
-            seen["attention"] = model.config._attn_implementation
-
-    run_dir = tmp_path / "tuned"
-    with caplog.at_level("INFO", logger="hf_vanilla.training.run"):
-        T.train("clm", run_dir, **dict(TINY, data_files=text_files(corpus), max_steps=2, attn_implementation="sdpa",
-                                       cpu_kernels=True), callbacks=[Inspect()])
-    assert seen == {"linear": {TunedLinear.__name__}, "attention": ATTENTION_NAME}
-    assert "--cpu-kernels: cpu kernels:" in caplog.text
-    assert ATTENTION_NAME not in (run_dir / "config.json").read_text()
-    reloaded = AutoModelForCausalLM.from_pretrained(run_dir)
-    assert {type(m) for m in reloaded.modules() if isinstance(m, torch.nn.Linear)} == {torch.nn.Linear}
-
-
 def test_the_clm_default_model_is_pre_norm_and_the_papers_block_is_one_flag_away():
     """Post-norm sits on the unigram plateau at small budgets (docs/training.md): the CLI's default model must not."""
     from hf_vanilla.corpora import train_tokenizer

@@ -15,19 +15,12 @@ ratio, which cancels slow drifts; ratio > 1 means ours is better (faster, or les
 
 Rows: ``train/<pair>`` (tokens/s of forward + backward), ``forward/<pair>`` (tokens/s, no grad),
 ``generate-b1/<pair>`` and ``generate-b8/<pair>`` (new tokens/s from ``generate()`` with the KV cache),
-``mfu-train/<pair>`` (model FLOP utilisation against a large float32 matmul timed in the same rounds;
-``matmul-train/<pair>`` gives its rate on oneDNN (the "ours" column) and through ``F.linear`` (MKL on x86, the
-"reference" column), and the MFU counts against the faster), ``peak/matmul`` (the same two rates before any
-model runs),
+``mfu-train/<pair>`` (model FLOP utilisation against a large float32 ``F.linear`` product timed in the same
+rounds; the log gives that product's rate before any model runs),
 ``memory-train/<pair>`` (peak resident memory a training step adds) and ``memory-T<n>/<backend>``
 (peak memory of a forward at n tokens: eager attention materialises (T, T) scores, SDPA must not).
 With ``--compile``: ``compile-train/<pair>`` and ``compile-generate-b1/<pair>`` (static cache), both
 models compiled, plus the speed-up of compiling ours.
-
-With ``--cpu-kernels`` a third model takes its turn in every round: ours with
-:func:`hf_vanilla.tools.cpu_kernels.enable_cpu_kernels` (the "tuned" columns), so plain and tuned are compared
-with the reference in the same rounds. Its kernels measure their choices in the warm-up call, and before the
-timed rounds it runs until its whole-model check has chosen (``settle_tuned``).
 
 With ``--control`` one more model takes its turn: an identical copy of ours (same code, same weights). Its
 ratio against ours (the "A/A" column) would be 1.00 on a perfect machine; how far it strays is how far
@@ -49,7 +42,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import transformers
@@ -71,10 +64,6 @@ from ..files.atomic import atomic_write_json
 from ..modeling_vanilla import VanillaForCausalLM, VanillaForMaskedLM, VanillaForSeq2SeqLM
 from ..presets import PRESETS
 from .bench_cli import DESCRIPTION, MEASURES, PAIRS, add_arguments
-from .cpu_kernels import enable_cpu_kernels, onednn_available, onednn_linear
-
-if TYPE_CHECKING:
-    from .cpu_kernels import CpuKernelsReport
 
 GENERATING = ("llama", "gpt2", "bart")  # the pairs with a generate() worth timing
 
@@ -115,12 +104,10 @@ class Pair:
     kind: str  # "causal", "masked" or "seq2seq": which inputs the models take
     ours: PreTrainedModel
     reference: PreTrainedModel
-    tuned: PreTrainedModel | None = None  # ours with the CPU kernels on (--cpu-kernels)
-    kernels: CpuKernelsReport | None = None  # what enabling them changed, and (after the runs) what they chose
     control: PreTrainedModel | None = None  # an identical copy of ours (--control): the noise of the run
 
     def contestants(self) -> dict[str, PreTrainedModel]:
-        models = {"ours": self.ours, "reference": self.reference, "tuned": self.tuned, "control": self.control}
+        models = {"ours": self.ours, "reference": self.reference, "control": self.control}
         return {side: model for side, model in models.items() if model is not None}
 
 
@@ -183,19 +170,13 @@ BUILDERS: dict[str, Callable[[Sizes, str], Pair]] = {
 }
 
 
-def build_pair(
-    name: str, sizes: Sizes, attn: str = "sdpa", seed: int = 0, cpu_kernels: bool = False, control: bool = False
-) -> Pair:
-    """The pair; with ``cpu_kernels``, also a copy of ours (same weights) with the CPU kernels on; with
-    ``control``, also a plain copy of ours."""
+def build_pair(name: str, sizes: Sizes, attn: str = "sdpa", seed: int = 0, control: bool = False) -> Pair:
+    """The pair; with ``control``, also a copy of ours (same weights)."""
 
     torch.manual_seed(seed)
     pair = BUILDERS[name](sizes, attn)
     if control:
         pair.control = copy.deepcopy(pair.ours)
-    if cpu_kernels:
-        pair.tuned = copy.deepcopy(pair.ours)
-        pair.kernels = enable_cpu_kernels(pair.tuned)
     return pair
 
 
@@ -305,26 +286,21 @@ def alternate(
 
 
 class square_matmul:  # noqa: N801 -- used like a function that carries its FLOP count
-    """A large float32 matmul ``a @ b.T``: the most this machine does, the denominator of the MFU.
+    """A large float32 product ``F.linear(a, b)`` (``a @ b.T``), as the models' linear layers compute it: the most
+    this machine does, the denominator of the MFU."""
 
-    ``library="torch"`` is ``F.linear`` as plain models run it (MKL on x86 CPUs); ``"onednn"`` is the oneDNN
-    product of :mod:`hf_vanilla.tools.cpu_kernels` (``F.linear`` again where this build has no oneDNN).
-    """
-
-    def __init__(self, side: int, library: str = "torch"):
+    def __init__(self, side: int):
         self.a, self.b = torch.randn(side, side), torch.randn(side, side)
         self.flops = 2 * side**3
-        self.product = onednn_linear if library == "onednn" and onednn_available() else torch.nn.functional.linear
 
     def __call__(self) -> None:
-        self.product(self.a, self.b)
+        torch.nn.functional.linear(self.a, self.b)
 
 
-def matmul_flops(side: int, repeats: int = 5) -> tuple[float, float]:
-    """FLOP/s of :class:`square_matmul` on oneDNN and through F.linear (medians, alternating rounds)."""
-    onednn, torch_ = square_matmul(side, "onednn"), square_matmul(side, "torch")
-    times = alternate({"onednn": onednn, "torch": torch_}, repeats)
-    return onednn.flops / statistics.median(times["onednn"]), torch_.flops / statistics.median(times["torch"])
+def matmul_flops(side: int, repeats: int = 5) -> float:
+    """FLOP/s of :class:`square_matmul` (the median over ``repeats`` calls)."""
+    matmul = square_matmul(side)
+    return matmul.flops / statistics.median(alternate({"matmul": matmul}, repeats)["matmul"])
 
 
 def _rss_kib(field: str) -> int:
@@ -373,9 +349,7 @@ def peak_memory_mib(run: Callable[[], object]) -> float:
     A fork starts every measurement from the same heap, and whatever the call allocates dies with the
     child, so models measured one after the other do not see each other's leftovers. The child calls
     ``run()`` twice before measuring a third call: one-off set-ups (kernels a library generates for the
-    child's thread count, MKL's and oneDNN's per-thread buffers, and a tuned model's measurements for that
-    thread count, which its whole-model check leaves to its second call) belong to the process, not to the
-    call.
+    child's thread count, MKL's and oneDNN's per-thread buffers) belong to the process, not to the call.
     NaN without fork.
     """
     if not hasattr(os, "fork"):
@@ -413,8 +387,6 @@ class Row:
     reference: float
     unit: str
     ratio: float
-    tuned: float | None = None  # ours with the CPU kernels on, and its ratio against the reference
-    tuned_ratio: float | None = None
     control_ratio: float | None = None  # ours against an identical copy of itself (A/A): 1.00 but for noise
 
 
@@ -434,32 +406,14 @@ def throughput_row(name: str, times: dict[str, list[float]], work: float, unit: 
     rates = {side: [work / t for t in series] for side, series in times.items()}
     row = Row(name, statistics.median(rates["ours"]), statistics.median(rates["reference"]), unit,
               _paired_ratio(rates["ours"], rates["reference"], True))
-    if "tuned" in rates:
-        row.tuned = statistics.median(rates["tuned"])
-        row.tuned_ratio = _paired_ratio(rates["tuned"], rates["reference"], True)
     if "control" in rates:
         row.control_ratio = _paired_ratio(rates["ours"], rates["control"], True)
     return row
 
 
-def settle_tuned(pair: Pair, run: Callable[[], object]) -> None:
-    """Run the tuned model until its whole-model check has chosen for every input shape it met (at most a few
-    dozen calls): the rounds then time what a user who calls the model more than a few times gets."""
-    if pair.kernels is None:
-        return
-    check = pair.kernels.model_check
-    for _ in range(4 * check.repeats + 2):
-        run()
-        if check.samples.keys() <= check.decided.keys():
-            return
-
-
 def timed_pair(pair: Pair, make: Callable[[PreTrainedModel], Callable[[], None]], repeats: int,
                warmup: int = 1) -> dict[str, list[float]]:
-    runs = {side: make(model) for side, model in pair.contestants().items()}
-    if "tuned" in runs:
-        settle_tuned(pair, runs["tuned"])
-    return alternate(runs, repeats, warmup)
+    return alternate({side: make(model) for side, model in pair.contestants().items()}, repeats, warmup)
 
 
 def bench_pair(pair: Pair, sizes: Sizes, measures: Sequence[str], repeats: int, log) -> list[Row]:
@@ -468,16 +422,12 @@ def bench_pair(pair: Pair, sizes: Sizes, measures: Sequence[str], repeats: int, 
     train_inputs = make_inputs(kind, sizes.batch, sizes.seq, sizes.vocab, labels=True)
     models = pair.contestants()
     if "memory" in measures:  # first, while the parent's heap is as fresh as it gets
-        for side, model in models.items():
+        for model in models.values():
             model.train()
-            step = train_step(model, train_inputs)
-            # One-off set-ups (autograd, kernels, the tuned model's measurements) are not the step's memory.
-            settle_tuned(pair, step) if side == "tuned" else step()
+            train_step(model, train_inputs)()  # one-off set-ups (autograd, kernels) are not the step's memory
         peaks = {side: peak_memory_mib(train_step(model, train_inputs)) for side, model in models.items()}
         row = Row(f"memory-train/{name}", peaks["ours"], peaks["reference"], "MiB",
                   memory_ratio(peaks["ours"], peaks["reference"]))
-        if "tuned" in peaks:
-            row.tuned, row.tuned_ratio = peaks["tuned"], memory_ratio(peaks["tuned"], peaks["reference"])
         if "control" in peaks:
             row.control_ratio = memory_ratio(peaks["ours"], peaks["control"])
         rows.append(row)
@@ -486,26 +436,18 @@ def bench_pair(pair: Pair, sizes: Sizes, measures: Sequence[str], repeats: int, 
         for model in models.values():
             model.train()
         # The matmul that stands for the peak takes its turn in the same rounds, under the same load.
-        onednn_matmul, torch_matmul = square_matmul(sizes.matmul, "onednn"), square_matmul(sizes.matmul, "torch")
-        if pair.tuned is not None:
-            settle_tuned(pair, train_step(pair.tuned, train_inputs))
+        matmul = square_matmul(sizes.matmul)
         times = alternate({**{side: train_step(model, train_inputs) for side, model in models.items()},
-                           "matmul-onednn": onednn_matmul, "matmul-torch": torch_matmul}, repeats)
+                           "matmul": matmul}, repeats)
         row = throughput_row(f"train/{name}", {side: times[side] for side in models},
                              tokens_per_batch(kind, train_inputs), "tokens/s")
         rows.append(row)
         log(row)
-        matmul_rates = [m.flops / statistics.median(times[f"matmul-{side}"])
-                        for m, side in ((onednn_matmul, "onednn"), (torch_matmul, "torch"))]
-        peak = max(matmul_rates)  # the machine's best float32 matmul, whichever library runs it
+        peak = matmul.flops / statistics.median(times["matmul"])
         step_flops = train_flops_per_step(pair.ours, sizes)
         mfu = {side: statistics.median([100 * step_flops / t / peak for t in times[side]]) for side in models}
         rows.append(Row(f"mfu-train/{name}", mfu["ours"], mfu["reference"], "% of matmul", row.ratio,
-                        mfu.get("tuned"), row.tuned_ratio, row.control_ratio))
-        # The matmul as each model's linear layers compute it; the MFU's denominator is the faster of the two.
-        rows.append(Row(f"matmul-train/{name}", matmul_rates[0] / 1e9, matmul_rates[1] / 1e9, "GFLOP/s",
-                        matmul_rates[0] / matmul_rates[1]))
-        log(rows[-2])
+                        row.control_ratio))
         log(rows[-1])
     for model in models.values():
         model.eval()
@@ -597,7 +539,6 @@ def run_benchmark(
     threads: int | None = None,
     compile: bool = False,
     attn: str = "sdpa",
-    cpu_kernels: bool = False,
     control: bool = False,
     log: Callable[[object], None] | None = None,
 ) -> list[Row]:
@@ -611,20 +552,18 @@ def run_benchmark(
     load = " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
     log(f"threads={torch.get_num_threads()} cores={os.cpu_count()} load average={load} repeats={repeats} "
         f"sizes={asdict(sizes)}")
-    ours_rate, torch_rate = matmul_flops(sizes.matmul)
-    rows = [Row("peak/matmul", ours_rate / 1e9, torch_rate / 1e9, "GFLOP/s", ours_rate / torch_rate)]
-    log(rows[0])
+    log(f"a {sizes.matmul}x{sizes.matmul} float32 product: {matmul_flops(sizes.matmul) / 1e9:.0f} GFLOP/s "
+        "(the MFU rows count against the same product timed in their rounds)")
+    rows: list[Row] = []
     per_pair = [measure for measure in measures if measure != "attention-memory"]
     for name in pairs if per_pair else ():
-        pair = build_pair(name, sizes, attn, cpu_kernels=cpu_kernels, control=control)
+        pair = build_pair(name, sizes, attn, control=control)
         log(f"{name}: ours {count_params(pair.ours):,} parameters, reference {count_params(pair.reference):,}; "
             f"{train_flops_per_step(pair.ours, sizes) / 1e9:.0f} GFLOP per training step")
         pair_rows = bench_pair(pair, sizes, per_pair, repeats, log)
         rows += pair_rows
         if compile:
             rows += bench_compile(pair, sizes, repeats, {row.name: row for row in pair_rows}, log)
-        if pair.kernels is not None:
-            log(pair.kernels.format())  # the choices so far (the tuner is the process's: earlier pairs' too)
     if "attention-memory" in measures:
         rows += attention_memory_rows(sizes, log)
     return rows
@@ -637,8 +576,7 @@ def _number(value: float) -> str:
 
 
 def format_table(rows: Sequence[Row]) -> str:
-    """A Markdown table: pastes as is into docs/performance.md (tuned and A/A columns when any row has them)."""
-    tuned = any(row.tuned is not None for row in rows)
+    """A Markdown table: pastes as is into docs/performance.md (the A/A column when any row has it)."""
     control = any(row.control_ratio is not None for row in rows)
 
     def ratio(value: float | None) -> str:
@@ -647,12 +585,10 @@ def format_table(rows: Sequence[Row]) -> str:
     # (header, right-aligned, cell of a row)
     columns: list[tuple[str, bool, Callable[[Row], str]]] = [
         ("name", False, lambda row: row.name),
-        ("plain" if tuned else "ours", True, lambda row: _number(row.ours)),
-        *([("tuned", True, lambda row: "" if row.tuned is None else _number(row.tuned))] if tuned else []),
+        ("ours", True, lambda row: _number(row.ours)),
         ("reference", True, lambda row: _number(row.reference)),
         ("unit", False, lambda row: row.unit),
-        ("plain ratio" if tuned else "ratio", True, lambda row: ratio(row.ratio)),
-        *([("tuned ratio", True, lambda row: ratio(row.tuned_ratio))] if tuned else []),
+        ("ratio", True, lambda row: ratio(row.ratio)),
         *([("A/A ratio", True, lambda row: ratio(row.control_ratio))] if control else []),
     ]
     lines = ["| " + " | ".join(header for header, _, _ in columns) + " |",
@@ -672,18 +608,15 @@ def write_json(rows: Sequence[Row], path: str) -> None:
 def log_message(message: object) -> None:
     """Progress on stderr (the table goes to stdout)."""
     if isinstance(message, Row):
-        tuned = "" if message.tuned is None else \
-            f"  tuned {_number(message.tuned):>10} (ratio {message.tuned_ratio:.2f})"
         control = "" if message.control_ratio is None else f"  A/A {message.control_ratio:.2f}"
         message = f"  {message.name:<22} ours {_number(message.ours):>10}  reference {_number(message.reference):>10} " \
-                  f"{message.unit:<12} ratio {message.ratio:.2f}{tuned}{control}"
+                  f"{message.unit:<12} ratio {message.ratio:.2f}{control}"
     print(message, file=sys.stderr, flush=True)
 
 
 def run_from_args(args: argparse.Namespace) -> int:
     rows = run_benchmark(pairs=args.pairs, measures=args.measures, tiny=args.tiny, repeats=args.repeats,
-                         threads=args.threads, compile=args.compile, attn=args.attn, cpu_kernels=args.cpu_kernels,
-                         control=args.control, log=log_message)
+                         threads=args.threads, compile=args.compile, attn=args.attn, control=args.control, log=log_message)
     print(format_table(rows))
     if args.json:
         write_json(rows, args.json)

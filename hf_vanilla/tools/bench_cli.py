@@ -24,12 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--compile", action="store_true", help="also time both models under torch.compile (slow)")
     parser.add_argument("--attn", default="sdpa", choices=("sdpa", "eager"), help="attention backend of both models")
-    parser.add_argument("--cpu-kernels", action="store_true",
-                        help="also time ours with hf_vanilla.tools.cpu_kernels on (the tuned columns)")
     parser.add_argument("--control", action="store_true",
                         help="also time an identical copy of ours: the A/A column, how far noise alone moves a ratio")
     parser.add_argument("--json", metavar="FILE", help="write the rows as JSON: "
-                        "[{name, ours, reference, unit, ratio, tuned, tuned_ratio, control_ratio}]")
+                        "[{name, ours, reference, unit, ratio, control_ratio}]")
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:

@@ -47,7 +47,7 @@ LAYERS: dict[str, Layer] = {
                    "task-specific text"),
     "publishing": Layer(("publishing",), ("core", "tasks"), None, "model cards and pushes to the Hub"),
     "tools": Layer(("tools", "support_matrix"), ("core",), None,
-                   "measuring and pictures: bench, CPU kernels, viz (extra: viz), the generated docs"),
+                   "measuring and pictures: bench, viz (extra: viz), the generated docs"),
     "training": Layer(("training",), ("publishing", "tools"), "train", "options, the run, callbacks, outputs, "
                       "evaluation"),
     "commands": Layer(("cli", "commands", "inference"), ("core",), None,

@@ -115,9 +115,6 @@ class TrainOptions:
     seed: int = field(default=0, metadata=_opt("seed for weights, data order, dropout and masking"))
     bf16: bool = field(default=False, metadata=_opt("bfloat16 autocast"))
     use_cpu: bool = field(default=False, metadata=_opt("train on the CPU even when a GPU is present"))
-    cpu_kernels: bool = field(default=False, metadata=_opt(
-        "opt-in CPU kernels (hf_vanilla.tools.cpu_kernels: oneDNN linear layers, single-token attention), each kept "
-        "only for the shapes where it measures faster on this machine; the saved model is unchanged"))
     time_limit_minutes: float | None = field(default=None, metadata=_opt(
         "stop training after this long, then evaluate and save as usual; a run cut short says STOPPED EARLY in "
         "its summary, metrics.json (stopped_early, stop_reason, how_to_finish) and its card, with the command "

@@ -31,7 +31,6 @@ from ..files.atomic import clear_disk_errors
 from ..files.output_folder import OutputFolder
 from ..presets import PRESETS, preset_fields
 from ..tasks import Task, get_task
-from ..tools.cpu_kernels import enable_cpu_kernels
 from . import rundir
 from .averaging import average_if_better
 from .callbacks import KeepOnFirstSave, NonFiniteLossGuard, StepTimer, StopOnInterrupt, TimeLimit
@@ -218,8 +217,6 @@ def build_model(task: Task, tokenizer, raw, opts: TrainOptions):
         model = model_class(config) if opts.attn_implementation is None else \
             model_class._from_config(config, attn_implementation=opts.attn_implementation)
     task.set_generation_defaults(model, tokenizer, opts)
-    if opts.cpu_kernels:
-        logger.info("--cpu-kernels: %s", enable_cpu_kernels(model).format())
     return model
 
 
