@@ -22,8 +22,8 @@ What the columns mean:
 - **vLLM**: serving through vLLM's Transformers backend (docs/deploying.md). vLLM builds its own output layer, so
   output-layer options count for decoders only (an encoder's hidden states are pooled). The model refuses what
   vLLM would serve wrongly, naming the option. `python scripts/vllm_check.py rows` serves a small decoder for each
-  *yes* row and compares greedy tokens and logprobs with transformers' (vLLM 0.32 CPU: every row 168/168 tokens,
-  max |Δ logprob| 3.1e-5); the suite checks each refusal without vLLM.
+  *yes* row and compares greedy tokens and logprobs with transformers' (vLLM 0.32 CPU, on two machines: every row
+  168/168 tokens, max |Δ logprob| 3.1e-5 and 4.4e-5); the suite checks each refusal without vLLM.
 - **tensor parallel**: `from_pretrained(..., tp_plan="auto")`; *split heads* shards attention heads across ranks,
   *whole heads* keeps each layer's self-attention whole on every rank (a per-head bias needs all heads).
 - **pipeline parallel**: whether the config offers a `base_model_pp_plan`.
