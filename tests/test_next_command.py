@@ -16,7 +16,6 @@ import random
 import re
 import shlex
 import signal
-import sys
 from pathlib import Path
 
 import pytest
