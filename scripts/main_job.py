@@ -14,8 +14,8 @@ What it does, end to end:
    for the first 110 of 200 steps of this budget, measured; pre-norm leaves it within ~50 steps), and an
    output layer of its own instead of the paper's tied one. Tied to unit-variance embeddings, the output
    layer starts by predicting the input token again at every position (loss 12.7, a uniform guess is
-   8.3) and the job ended at test perplexity 192.5; untied it starts uniform and ends at 124.7 (same
-   400 steps, data and seed). docs/experiments.md ("The main job's recipe") has the comparison.
+   8.3) and the job ended at test perplexity 192.5; untied it starts uniform and ends at 124.47-124.69 (same
+   400 steps, data and seed; the spread is across machines and transformers releases, docs/training.md). docs/experiments.md ("The main job's recipe") has the comparison.
 2. measures the held-out perplexity on two works it never saw (Macbeth, Much Ado About Nothing)
    next to an add-one-smoothed unigram model on the same tokens;
 3. saves the run (model, tokenizer, run.json, metrics.json, curves.png, model card README.md);
