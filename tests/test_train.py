@@ -543,6 +543,20 @@ def test_overwrite_replaces_the_old_run_only_after_the_first_checkpoint(referenc
     assert not list(tmp_path.glob(".run.replaced-*"))
 
 
+def test_the_declared_run_folder_is_what_a_run_leaves_and_what_push_uploads(reference_run):
+    """docs/training.md and docs/hub.md list hf_vanilla/training/layout.py's run folder: it must be the real one."""
+    from hf_vanilla.publishing.hub import CARD_FILE, plan_upload
+    from hf_vanilla.training.layout import run_folder
+
+    run_dir, _ = reference_run
+    checkpoints = sorted(p.name + "/" for p in run_dir.glob("checkpoint-*"))
+    declared = {name for entry in run_folder() for name in entry.names} - {"checkpoint-N/"}
+    present = {p.name + ("/" if p.is_dir() else "") for p in run_dir.iterdir()} - {*checkpoints, ".hf_vanilla.lock"}
+    assert checkpoints and declared == present
+    pushed = {name for entry in run_folder() if entry.pushed for name in entry.names}
+    assert pushed == {*plan_upload(run_dir).files, CARD_FILE}
+
+
 def test_resume_of_a_finished_run_trains_no_further(reference_run, tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(reference_run[0], run_dir)
