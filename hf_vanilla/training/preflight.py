@@ -22,11 +22,12 @@ if TYPE_CHECKING:
     from ..tasks import Task
     from .options import TrainOptions
 
-#: What ``--resume`` may change: how the run is watched and reported, where and how long this sitting trains. Every
-#: other option decides what the run computes (data, tokenizer, model, optimiser, planned steps, evaluation), and a
-#: checkpoint goes on only with the values it was trained with.
+#: What ``--resume`` may change: how the run is watched and reported, where and how long this sitting trains, and
+#: ``--max-steps`` (a run extended to more steps: its schedule is planned again for them). Every other option decides
+#: what the run computes (data, tokenizer, model, optimiser, evaluation), and a checkpoint goes on only with the
+#: values it was trained with.
 MAY_CHANGE_ON_RESUME = frozenset({
-    "resume", "overwrite", "time_limit_minutes", "use_cpu", "attn_implementation", "disable_tqdm", "report_to",
+    "resume", "overwrite", "time_limit_minutes", "max_steps", "use_cpu", "attn_implementation", "disable_tqdm", "report_to",
     "dataloader_num_workers", "logging_steps", "save_total_limit", "eval_batch_size", "license",
 })
 

@@ -138,7 +138,7 @@ def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list,
         if is_main:
             for line in folder.recover():
                 logger.warning("%s: %s", run_dir, line)
-        if opts.resume == "latest" and (done := finished_run(task, run_dir, recorded)) is not None:
+        if opts.resume == "latest" and (done := finished_run(task, run_dir, recorded, opts.max_steps)) is not None:
             return done  # nothing is missing: the run as it recorded itself, its files untouched
         resume_from = resume_checkpoint(run_dir, opts)
         with ctrl_c_ends_the_run(run_dir, is_main, BEFORE_TRAINING, resume_command, resumed_from=resume_from):
@@ -199,10 +199,12 @@ def recorded_if_resuming(run_dir: Path, opts: TrainOptions) -> dict[str, Any] | 
     return rundir.read_record(run_dir) if opts.resume and rundir.is_run_dir(run_dir) else None
 
 
-def finished_run(task: Task, run_dir: Path, recorded: dict[str, Any] | None) -> RunResult | None:
-    """A run its records say is finished (completed, every planned step, evaluated), as they say it; else None."""
+def finished_run(task: Task, run_dir: Path, recorded: dict[str, Any] | None, max_steps: int) -> RunResult | None:
+    """A run its records say is finished (completed, every planned step, evaluated), as they say it; else None (also
+    when ``max_steps`` plans more steps than it ran: --resume then trains on)."""
     outputs = read_outputs(run_dir) if recorded is not None and recorded.get("status") == "completed" else None
     if outputs is None or outputs.get("stopped_early") or outputs.get("task") != task.name or \
+            max_steps not in (-1, outputs.get("planned_steps")) or \
             not has_final_outputs(run_dir, outputs.get("completed_steps")):
         return None
     done = {key: outputs.get(key) for key in ("planned_steps", "completed_steps", "stopped_early", "stop_reason",
