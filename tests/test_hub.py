@@ -148,7 +148,8 @@ def test_a_run_stopped_by_ctrl_c_is_refused_for_how_it_ended_not_for_its_missing
     assert "run.json says the run was interrupted at step 1 before it finished" in err
     assert "--resume" in err and "--allow-incomplete" in err and "no config.json" not in err
     assert cli.main(["push", str(run), "tester/stopped", "--allow-incomplete"]) == 1
-    assert "has not saved its model yet" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "without its final model yet" in err and "to train on and finish it, run the same command with --resume" in err
 
 
 def test_model_cards_edited_kept_rebuilt_or_from_the_one_template(trained_run: Path, tmp_path: Path) -> None:

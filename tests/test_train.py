@@ -543,6 +543,20 @@ def test_overwrite_replaces_the_old_run_only_after_the_first_checkpoint(referenc
     assert not list(tmp_path.glob(".run.replaced-*"))
 
 
+def test_the_declared_run_folder_is_what_a_run_leaves_and_what_push_uploads(reference_run):
+    """docs/training.md and docs/hub.md list hf_vanilla/training/layout.py's run folder: it must be the real one."""
+    from hf_vanilla.publishing.hub import CARD_FILE, plan_upload
+    from hf_vanilla.training.layout import run_folder
+
+    run_dir, _ = reference_run
+    checkpoints = sorted(p.name + "/" for p in run_dir.glob("checkpoint-*"))
+    declared = {name for entry in run_folder() for name in entry.names} - {"checkpoint-N/"}
+    present = {p.name + ("/" if p.is_dir() else "") for p in run_dir.iterdir()} - {*checkpoints, ".hf_vanilla.lock"}
+    assert checkpoints and declared == present
+    pushed = {name for entry in run_folder() if entry.pushed for name in entry.names}
+    assert pushed == {*plan_upload(run_dir).files, CARD_FILE}
+
+
 def test_resume_of_a_finished_run_trains_no_further(reference_run, tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(reference_run[0], run_dir)
@@ -910,6 +924,8 @@ def test_the_resume_command_keeps_the_arguments_but_overwrite_and_a_chosen_check
     argv = ["--overwrite", "--output-dir", "my runs/a", "--resume", "runs/a/checkpoint-50", "--max-steps", "9"]
     assert resume_command("hf-vanilla train", argv) == "hf-vanilla train --output-dir 'my runs/a' --max-steps 9 --resume"
     assert resume_command("x", ["--overwrite", "true", "--resume=latest", "--seed", "1"]) == "x --seed 1 --resume"
+    limited = ["--time-limit", "5", "--seed", "1", "--time-limit-minutes=2", "--time_limit_minutes", "1e-9"]
+    assert resume_command("x", limited) == "x --seed 1 --resume"  # finishing is training on without the limit
 
 
 def test_a_completed_run_says_it_ran_every_planned_step(corpus, tmp_path, capsys):
@@ -976,7 +992,8 @@ def test_the_main_job_has_no_time_limit_and_names_its_own_command_to_finish(monk
     assert main([]) == 2 and main(["--output-dir", str(tmp_path / "r"), "--overwrite", "--time-limit", "30"]) == 2
     assert asked[0]["time_limit_minutes"] is None and asked[1]["time_limit_minutes"] == 30
     assert asked[0]["resume_command"] == "bash scripts/main_job.sh --resume"
-    assert asked[1]["resume_command"] == f"bash scripts/main_job.sh --output-dir {tmp_path / 'r'} --time-limit 30 --resume"
+    # The command that finishes a cut run trains on to the planned steps: without the limit that cut it.
+    assert asked[1]["resume_command"] == f"bash scripts/main_job.sh --output-dir {tmp_path / 'r'} --resume"
 
 
 def test_the_main_job_ends_a_ctrl_c_in_one_line_and_exit_130(monkeypatch, capsys):

@@ -44,6 +44,7 @@ from ..files.output_folder import OutputFolder
 from .card import build_model_card, build_saved_model_card
 from .public import QUOTED_FIELDS, local_paths, public_run_files, quoted_data
 from .push_cli import DEFAULT_TIMEOUT_S
+from .unfinished import check_finished, check_model_saved
 
 logger = logging.getLogger(__name__)
 
@@ -245,11 +246,8 @@ def _check_kept_card(card: str, folder: Path, publish_samples: bool) -> None:
 
 
 def _check_run_dir(folder: Path, files: dict[str, Path]) -> None:
-    if "config.json" not in files and "run.json" in files:  # stopped before training finished (--allow-incomplete)
-        raise FileNotFoundError(
-            f"{folder} is a training run that has not saved its model yet (a run saves it when training finishes): "
-            "finish it with `hf-vanilla train ... --resume`, then push"
-        )
+    if "config.json" not in files and "run.json" in files:  # stopped before it saved its model (--allow-incomplete)
+        check_model_saved(json.loads(files["run.json"].read_text(encoding="utf-8")), folder)
     if "config.json" not in files:
         raise FileNotFoundError(
             f"{folder} has no config.json: is it a saved model or a training run directory?"
@@ -261,30 +259,6 @@ def _check_run_dir(folder: Path, files: dict[str, Path]) -> None:
         )
     if not any(name in files for name in TOKENIZER_FILES):
         logger.warning("%s has no tokenizer files: the repo will hold the model only", folder)
-
-
-#: Why a run whose run.json records one of these statuses is not pushed without ``allow_incomplete``.
-UNFINISHED = {
-    "running": "is still running, or its process was killed before it could record how it ended",
-    "diverged": "diverged{at} (its loss became NaN/inf)",
-    "interrupted": "was interrupted{at} before it finished",
-}
-
-
-def check_finished(run: dict[str, Any], folder: Path) -> None:
-    """Refuse a run whose ``run.json`` does not say ``completed``: its weights and card are not those of the run
-    that was asked for. A folder without run.json (a model saved on its own) has nothing to check."""
-    status = run.get("status", "completed")
-    if status == "completed":
-        return
-    step = run.get("diverged_at_step", run.get("interrupted_at_step"))
-    why = UNFINISHED.get(status, f"has status {status!r}, not 'completed'")
-    why = why.format(at=f" at step {step}" if step is not None else "")
-    raise ValueError(
-        f"refusing to push {folder}: run.json says the run {why}. "
-        "Finish it first (`hf-vanilla train ... --resume`), or pass allow_incomplete=True (--allow-incomplete) to "
-        "publish it as it is."
-    )
 
 
 @dataclass(frozen=True)

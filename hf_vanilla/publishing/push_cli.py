@@ -4,8 +4,11 @@ answers at once; the push itself, :mod:`hf_vanilla.publishing.hub`, is imported 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 from ..extras import load_when_run
+from .unfinished import check_before_upload
 
 #: Seconds a push waits for the Hub to send anything (connect, each read, each write) before giving up:
 #: huggingface_hub's own client waits forever, so a Hub that takes the connection and never answers would hang
@@ -77,7 +80,17 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     card.add_argument(
         "--keep-card", dest="rebuild_card", action="store_false", help="upload README.md as it is"
     )
-    parser.set_defaults(func=load_when_run("hf_vanilla.publishing.hub", "run_cli"))
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Refuse what the folder alone refuses (an unfinished run, no folder) at once, then push."""
+    try:
+        check_before_upload(Path(args.run_dir), args.allow_incomplete)
+    except (ValueError, OSError) as error:
+        print(f"hf-vanilla push: {error}", file=sys.stderr)
+        return 1
+    return load_when_run("hf_vanilla.publishing.hub", "run_cli")(args)
 
 
 

@@ -18,7 +18,8 @@ FSDP / DeepSpeed with no code change) and leaves a self-contained run directory:
 
 The package, in reading order: :mod:`.options` (what a run can be told), :mod:`.tasks` (one module per
 task: data, tokenizer, preprocessing, collator, metrics, baseline, samples, card text),
-:mod:`.sources` (where the text comes from), :mod:`.rundir` (run.json, the run's record),
+:mod:`.sources` (where the text comes from), :mod:`.rundir` (run.json, the run's record), :mod:`.preflight`
+(what is refused before anything loads), :mod:`.layout` (the run folder's files, declared for the docs),
 :mod:`.trainer` and :mod:`.callbacks` (atomic checkpoints, NaN guard, time limit, Ctrl-C), :mod:`.run`
 (the run, top to bottom), :mod:`.outputs` (records, curves, card), :mod:`.cli`; the run folder's files,
 lock and replacement: :mod:`hf_vanilla.files.output_folder`.

@@ -12,15 +12,16 @@ import copy
 import dataclasses
 import json
 import os
-import shlex
 import sys
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
-from ..tasks import TASKS
+from ..publishing.unfinished import resume_command
+from ..tasks import TASKS, get_task
 from .options import TrainOptions, check_ranges
 
 DESCRIPTION = ("Train an hf_vanilla model with transformers' Trainer; run it under `accelerate launch` for DDP / "
@@ -58,16 +59,19 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         return super()._format_action_invocation(_as_documented(action))
 
 
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.required:
+            return f"{action.help} (required)"
+        if action.default in (None, [], False, argparse.SUPPRESS):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def _as_documented(action: argparse.Action) -> argparse.Action:
     """``action`` showing only its dashed flags (``--output-dir``) when it has any."""
     shown = copy.copy(action)
     shown.option_strings = [flag for flag in action.option_strings if "_" not in flag] or action.option_strings
     return shown
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.required or action.default in (None, [], False, argparse.SUPPRESS):
-            return action.help
-        return super()._get_help_string(action)
 
 
 def build_parser(prog: str = "hf-vanilla train") -> argparse.ArgumentParser:
@@ -97,6 +101,8 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, options: type) -> N
     for f in dataclasses.fields(options):
         flags = [f"--{f.name}"] + ([f"--{f.name.replace('_', '-')}"] if "_" in f.name else [])
         kwargs: dict[str, Any] = {**_type_arguments(hints[f.name], f.default), **f.metadata}
+        aliases = kwargs.pop("aliases", [])  # as HfArgumentParser takes them: more flags for the same option
+        flags += [aliases] if isinstance(aliases, str) else list(aliases)
         if f.default is not dataclasses.MISSING:
             kwargs["default"] = f.default
         elif f.default_factory is not dataclasses.MISSING:
@@ -131,24 +137,18 @@ def _to_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected one of yes/no, true/false, t/f, y/n, 1/0, got {text!r}")
 
 
-def resume_command(program: str, argv: Sequence[str]) -> str:
-    """The shell command that continues the run ``program argv`` started: the same arguments with a bare --resume
-    (the newest checkpoint) for any --resume CHECKPOINT, and without --overwrite (which would start again)."""
-    kept, rest = [], list(argv)
-    while rest:
-        word = rest.pop(0)
-        if word.split("=", 1)[0] in ("--resume", "--overwrite"):
-            if "=" not in word and rest and not rest[0].startswith("-"):
-                rest.pop(0)  # the flag's own value
-            continue
-        kept.append(word)
-    return shlex.join([*shlex.split(program), *kept, "--resume"])
-
-
 def run_command(argv: list[str], before_run: Callable[[], None] | None = None) -> int:
     """``hf-vanilla train ARGS``: exit status 0 when done, 1 on a clear error, 130 after Ctrl-C.
     ``before_run`` runs once the arguments parsed (the ``hf-vanilla`` command registers the Auto classes)."""
     where, options = parse(argv)
+    from ..files.output_folder import FolderBusyError
+    from .preflight import check_before_loading
+
+    try:  # what the folder and the arguments alone refuse, before torch loads
+        check_before_loading(get_task(where.task), Path(where.output_dir), options.resolved(get_task(where.task)))
+    except (FolderBusyError, FileExistsError, FileNotFoundError, ValueError) as error:
+        print(f"hf-vanilla train: {error}", file=sys.stderr)
+        return 1
     if before_run is not None:
         before_run()
     from ..corpora import CorpusUnavailableError

@@ -118,7 +118,7 @@ class TrainOptions:
     time_limit_minutes: float | None = field(default=None, metadata=_opt(
         "stop training after this long, then evaluate and save as usual; a run cut short says STOPPED EARLY in "
         "its summary, metrics.json (stopped_early, stop_reason, how_to_finish) and its card, with the command "
-        "that finishes it"))
+        "that finishes it (that command has no limit)", aliases=["--time-limit"], metavar="MINUTES"))
     # -- evaluation, logging, checkpoints, outputs
     eval_steps: int | None = field(default=None, metadata=_opt("evaluate every N steps (unset: 8 times per run)"))
     save_steps: int | None = field(default=None, metadata=_opt("checkpoint every N steps (unset: --eval-steps)"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import platform
 import statistics
@@ -19,6 +20,7 @@ import transformers
 from .. import __version__
 from ..files.atomic import atomic_write_json, atomic_write_text
 from ..publishing.card import build_model_card
+from ..publishing.unfinished import how_to_resume
 from ..tools.viz import plot_training_curves
 from .rundir import RUN_RECORD
 
@@ -39,8 +41,10 @@ def environment() -> dict[str, Any]:
 
 
 def run_record(task: Task, opts: TrainOptions, *, description: dict[str, Any], tokenizer: Any, model: Any,
-               args: Any, world: int, distributed_type: str, status: str, resumed_from: Path | None) -> dict[str, Any]:
-    """run.json: the task, every option, the values actually used, the data, the environment."""
+               args: Any, world: int, distributed_type: str, status: str, resumed_from: Path | None,
+               resume_command: str | None) -> dict[str, Any]:
+    """run.json: the task, every option, the values actually used, the data, the environment, and the command that
+    finishes the run (``resume_command``, None when the caller named none: messages then give the generic advice)."""
     return {
         "task": task.name,
         "status": status,
@@ -61,6 +65,7 @@ def run_record(task: Task, opts: TrainOptions, *, description: dict[str, Any], t
         "config": model.config.to_diff_dict(),
         "resumed_from": str(resumed_from) if resumed_from else None,
         "command": sys.argv,
+        "resume_command": resume_command,
         "environment": environment(),
     }
 
@@ -78,17 +83,29 @@ def median_step_time(durations: list[float]) -> float | None:
     return statistics.median(steps) if steps else None
 
 
-def timing(task: Task, opts: TrainOptions, *, wall_time_s: float, train_time_s: float, steps: int,
-           durations: list[float], world: int, stopped_by_time_limit_at: int | None) -> dict[str, Any]:
+#: The timing of a run whose training time is not known (resumed only to finish, recorded before it was kept).
+UNTIMED = dict.fromkeys(("train_time_s", "time_per_step_s_median", "time_per_step_s_mean", "wall_time_s"))
+
+
+def training_time(*, train_time_s: float, durations: list[float], wall_time_s: float) -> dict[str, Any]:
+    """How long training took (and the run until then), recorded in run.json when training ends: a run resumed only
+    to finish (evaluate, write the outputs) reports these, not its own seconds of loading the checkpoint."""
+    return {"train_time_s": train_time_s, "time_per_step_s_median": median_step_time(durations),
+            "time_per_step_s_mean": sum(durations) / len(durations) if durations else None, "wall_time_s": wall_time_s}
+
+
+def timing(task: Task, opts: TrainOptions, *, trained: dict[str, Any], wall_time_s: float, steps: int, world: int,
+           stopped_by_time_limit_at: int | None) -> dict[str, Any]:
+    """metrics.json's timing: ``trained`` (:func:`training_time`) and the tokens a step and a second."""
     tokens = task.tokens_per_example(opts)
     per_step_tokens = tokens * opts.batch_size * opts.gradient_accumulation_steps * world if tokens else None
-    per_step = median_step_time(durations)
+    per_step = trained["time_per_step_s_median"]
     return {
         "wall_time_s": wall_time_s,
-        "train_time_s": train_time_s,
+        "train_time_s": trained["train_time_s"],
         "steps": steps,
         "time_per_step_s_median": per_step,
-        "time_per_step_s_mean": sum(durations) / len(durations) if durations else None,
+        "time_per_step_s_mean": trained["time_per_step_s_mean"],
         "tokens_per_step": per_step_tokens,
         "tokens_per_s": per_step_tokens / per_step if per_step_tokens and per_step else None,
         "stopped_by_time_limit_at": stopped_by_time_limit_at,
@@ -113,13 +130,6 @@ def completion(*, planned_steps: int, completed_steps: int, time_limit_minutes: 
             "stop_reason": reason, "how_to_finish": how_to_finish}
 
 
-def how_to_resume(resume_command: str | None) -> str:
-    """What continues a run: its own command with --resume when the caller said it, else the generic advice."""
-    if resume_command is None:
-        return "run the same command with --resume (in Python: the same train() call with resume=True)"
-    return f"run `{resume_command}`"
-
-
 def stop_line(done: dict[str, Any]) -> str:
     """One line for a summary: the steps run, and loudly why they are fewer than planned and how to finish."""
     steps = f"{done['completed_steps']} of {done['planned_steps']} planned steps"
@@ -127,6 +137,14 @@ def stop_line(done: dict[str, Any]) -> str:
         return f"completed all {steps}"
     finish = f"; to finish it, {done['how_to_finish']}" if done.get("how_to_finish") else ""
     return f"STOPPED EARLY: {done['stop_reason']} ({steps}){finish}"
+
+
+def read_outputs(run_dir: Path) -> dict[str, Any] | None:
+    """metrics.json as :func:`write_outputs` wrote it, or None when the run has not written it."""
+    try:
+        return json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def write_outputs(folder: OutputFolder, task: Task, *, metrics: dict, baseline: dict, samples: list, timings: dict,

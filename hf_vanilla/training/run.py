@@ -8,6 +8,7 @@ calls :func:`train`; only the main process writes the run directory.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import os
@@ -25,7 +26,7 @@ from transformers.integrations.integration_utils import default_logdir
 from transformers.trainer import TRAINER_STATE_NAME
 
 from .. import modeling_vanilla
-from ..checkpoint import ensure_code_files, shipped_auto_map
+from ..checkpoint import ensure_code_files, shipped_auto_map, weight_files
 from ..configuration_vanilla import VanillaConfig
 from ..files.atomic import clear_disk_errors
 from ..files.output_folder import OutputFolder
@@ -36,15 +37,18 @@ from .averaging import average_if_better
 from .callbacks import KeepOnFirstSave, NonFiniteLossGuard, StepTimer, StopOnInterrupt, TimeLimit
 from .options import SIZE_PRESETS, TrainOptions, check_attention_kernel, check_init_from, make_options
 from .outputs import (
+    UNTIMED,
     completion,
     how_to_resume,
-    median_step_time,
+    read_outputs,
     run_record,
     stop_line,
     timing,
+    training_time,
     write_outputs,
     write_run_record,
 )
+from .preflight import check_before_loading
 from .sources import load_task_data
 from .trainer import (
     checkpoint_step,
@@ -88,6 +92,8 @@ class RunResult:
     time_per_step_s: float | None
     #: planned_steps, completed_steps, stopped_early, stop_reason, how_to_finish (see :func:`.outputs.completion`)
     completion: dict[str, Any]
+    #: True when the run was already finished and ``resume=True`` read this from its records (nothing ran)
+    recorded: bool = False
 
 
 def train(task: str, output_dir: str | os.PathLike[str], *, callbacks: Sequence[TrainerCallback] = (),
@@ -127,12 +133,13 @@ def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list,
     state = PartialState(cpu=use_cpu)
     is_main = state.is_main_process
     folder = OutputFolder(run_dir, "run")
-    if is_main:
-        folder.check(overwrite=opts.overwrite, resume=bool(opts.resume))
+    recorded = check_before_loading(task, run_dir, opts) if is_main else recorded_if_resuming(run_dir, opts)
     with folder.locked(enabled=is_main), contextlib.ExitStack() as undo:
         if is_main:
             for line in folder.recover():
                 logger.warning("%s: %s", run_dir, line)
+        if opts.resume == "latest" and (done := finished_run(task, run_dir, recorded, opts.max_steps)) is not None:
+            return done  # nothing is missing: the run as it recorded itself, its files untouched
         resume_from = resume_checkpoint(run_dir, opts)
         with ctrl_c_ends_the_run(run_dir, is_main, BEFORE_TRAINING, resume_command, resumed_from=resume_from):
             with state.main_process_first():  # the main process trains the tokenizer and fills the caches
@@ -158,7 +165,8 @@ def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list,
             trainer = make_trainer(task, model, args, tokenizer, data, opts, callbacks.all())
             distributed_type = str(trainer.accelerator.distributed_type.value)
             record = dict(description=description, tokenizer=tokenizer, model=model, args=args,
-                          world=state.num_processes, distributed_type=distributed_type, resumed_from=resume_from)
+                          world=state.num_processes, distributed_type=distributed_type, resumed_from=resume_from,
+                          resume_command=resume_command)
             if is_main:
                 warn_if_fsdp_dropped(distributed_type)
 
@@ -167,10 +175,10 @@ def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list,
             train_seconds = fit(trainer, resume_from, total_steps, callbacks.interrupt)
             undo.pop_all()  # the new run has checkpointed (or finished): the old one is gone for good
             check_stopped(run_dir, trainer, callbacks, is_main, resume_command)
+            trained = time_training(run_dir, is_main, train_seconds, callbacks.timer.durations, t_start, recorded)
         with ctrl_c_ends_the_run(run_dir, is_main, AFTER_TRAINING, resume_command, max_steps=total_steps):
             result = finish(task, folder, opts, trainer, raw, data, tokenizer, callbacks, record, t_start=t_start,
-                            train_seconds=train_seconds, is_main=is_main, use_cache=use_cache,
-                            resume_command=resume_command)
+                            trained=trained, is_main=is_main, use_cache=use_cache, resume_command=resume_command)
     state.wait_for_everyone()
     return result
 
@@ -184,6 +192,50 @@ def has_accelerator() -> bool:
     if accelerator is not None and hasattr(accelerator, "is_available"):
         return bool(accelerator.is_available())
     return torch.cuda.is_available()
+
+
+def recorded_if_resuming(run_dir: Path, opts: TrainOptions) -> dict[str, Any] | None:
+    """The run's record when ``opts`` resumes one (what :func:`.preflight.check_before_loading` returns)."""
+    return rundir.read_record(run_dir) if opts.resume and rundir.is_run_dir(run_dir) else None
+
+
+def finished_run(task: Task, run_dir: Path, recorded: dict[str, Any] | None, max_steps: int) -> RunResult | None:
+    """A run its records say is finished (completed, every planned step, evaluated), as they say it; else None (also
+    when ``max_steps`` plans more steps than it ran: --resume then trains on)."""
+    outputs = read_outputs(run_dir) if recorded is not None and recorded.get("status") == "completed" else None
+    if outputs is None or outputs.get("stopped_early") or outputs.get("task") != task.name or \
+            max_steps not in (-1, outputs.get("planned_steps")) or \
+            not has_final_outputs(run_dir, outputs.get("completed_steps")):
+        return None
+    done = {key: outputs.get(key) for key in ("planned_steps", "completed_steps", "stopped_early", "stop_reason",
+                                                "how_to_finish")}
+    logger.warning("%s is finished (%s, evaluated, its outputs written): nothing to do, reporting it as recorded",
+                   run_dir, stop_line(done))
+    try:
+        history = json.loads((run_dir / TRAINER_STATE_NAME).read_text(encoding="utf-8"))["log_history"]
+    except (OSError, ValueError, KeyError):
+        history = []
+    timings = outputs.get("timing") or {}
+    return RunResult(run_dir=run_dir, task=task.name, metrics=outputs["metrics"], baseline=outputs["baseline"],
+                     samples=outputs.get("samples") or [], log_history=history, global_step=done["completed_steps"],
+                     wall_time_s=timings.get("wall_time_s"), time_per_step_s=timings.get("time_per_step_s_median"),
+                     completion=done, recorded=True)
+
+
+def has_final_outputs(run_dir: Path, steps: int | None) -> bool:
+    """Whether the run's final model (config and readable weights), card, curves and trainer state are all there,
+    and its newest checkpoint is the one at its last step (what --resume would go on from)."""
+    try:
+        weights = weight_files(run_dir)
+    except (OSError, ValueError):  # a torn or missing shard: --resume saves the model again
+        return False
+    newest = newest_checkpoint(run_dir)
+    return bool(weights) and all((run_dir / name).is_file() for name in FINAL_FILES) and newest is not None \
+        and checkpoint_step(Path(newest)) == steps
+
+
+#: What a run writes after training besides its weights (and metrics.json): a run missing one is not finished.
+FINAL_FILES = ("config.json", "README.md", "curves.png", TRAINER_STATE_NAME)
 
 
 def resume_checkpoint(run_dir: Path, opts: TrainOptions) -> Path | None:
@@ -370,20 +422,33 @@ def warn_if_fsdp_dropped(distributed_type: str) -> None:
                        "accelerators); the model is replicated, not sharded.", distributed_type)
 
 
-def fit(trainer, resume_from: Path | None, total_steps: int, interrupt) -> float:
-    """Train (or continue); a checkpoint already at the last step is loaded, not trained further. However
-    training ends, Ctrl-C gets its handler back from ``interrupt`` (StopOnInterrupt)."""
-    start = time.perf_counter()
+def fit(trainer, resume_from: Path | None, total_steps: int, interrupt) -> float | None:
+    """Train (or continue) and return the seconds it took; a checkpoint already at the last step is loaded, not
+    trained further (None: nothing trained). However training ends, Ctrl-C gets its handler back from ``interrupt``
+    (StopOnInterrupt)."""
     if resume_from is not None and checkpoint_step(resume_from) >= total_steps:
         logger.warning("%s is at step %d of %d: nothing left to train; evaluating and saving it",
                        resume_from, checkpoint_step(resume_from), total_steps)
         load_finished_checkpoint(trainer, resume_from)
-    else:
-        try:
-            trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-        finally:
-            interrupt.release()  # an exception out of the loop skips on_train_end
+        return None
+    start = time.perf_counter()
+    try:
+        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    finally:
+        interrupt.release()  # an exception out of the loop skips on_train_end
     return time.perf_counter() - start
+
+
+def time_training(run_dir: Path, is_main: bool, train_seconds: float | None, durations: list[float], t_start: float,
+                  recorded: dict[str, Any] | None) -> dict[str, Any]:
+    """How long training took: measured now (and recorded in run.json, for a run resumed only to finish it), or,
+    when nothing was trained now, what the run recorded when its training ended (unknown for older runs)."""
+    if train_seconds is None:
+        return dict(UNTIMED, **((recorded or {}).get("training_time") or {}))
+    trained = training_time(train_time_s=train_seconds, durations=durations, wall_time_s=time.perf_counter() - t_start)
+    if is_main:
+        rundir.update_status(run_dir, "running", training_time=trained)
+    return trained
 
 
 def check_stopped(run_dir: Path, trainer, callbacks: RunCallbacks, is_main: bool, resume_command: str | None) -> None:
@@ -395,9 +460,10 @@ def check_stopped(run_dir: Path, trainer, callbacks: RunCallbacks, is_main: bool
             rundir.update_status(run_dir, "diverged", diverged_at_step=step, last_good_checkpoint=last)
         raise TrainingDivergedError(
             f"training diverged: the loss (or its gradients) became NaN/inf at optimizer step {step}; that update "
-            f"was skipped and training stopped. The last good checkpoint is {last or '(none was saved yet)'}. Lower "
-            "the learning rate, raise the warmup, clip gradients harder or use norm_position='pre'; resume with "
-            "--resume from that checkpoint.")
+            f"was skipped and training stopped. The last good checkpoint is {last or '(none was saved yet)'}. Start "
+            "again (--overwrite) with a lower learning rate, a longer warmup, harder gradient clipping or "
+            "norm_position='pre' (--resume goes on only with the run's own options; --init-from a checkpoint keeps "
+            "what it learned).")
     if callbacks.interrupt.interrupted_at is not None:
         step = callbacks.interrupt.interrupted_at
         if is_main:
@@ -457,10 +523,10 @@ def interrupted(run_dir: Path, is_main: bool, stage: str, last: str | None, max_
 
 
 def finish(task: Task, folder: OutputFolder, opts: TrainOptions, trainer, raw, data, tokenizer,
-           callbacks: RunCallbacks, record: dict, *, t_start: float, train_seconds: float, is_main: bool,
+           callbacks: RunCallbacks, record: dict, *, t_start: float, trained: dict[str, Any], is_main: bool,
            use_cache: bool, resume_command: str | None) -> RunResult:
     """Evaluate, sample, save the model and write the run's records, curves and card."""
-    run_dir = folder.path
+    finish_start, run_dir = time.perf_counter(), folder.path
     averaging = average_checkpoints(task, run_dir, opts, trainer, data)
     evaluation = task.evaluate(trainer, data, tokenizer, opts)
     if averaging is not None:
@@ -473,7 +539,6 @@ def finish(task: Task, folder: OutputFolder, opts: TrainOptions, trainer, raw, d
     model.config.use_cache = use_cache
     save_final_model(trainer, folder, is_main)
     save_trainer_state(trainer, folder, is_main)
-    durations = callbacks.timer.durations
     stopped_at = callbacks.time_limit.stopped_at if callbacks.time_limit else None
     done = completion(planned_steps=trainer.args.max_steps, completed_steps=trainer.state.global_step,
                       time_limit_minutes=opts.time_limit_minutes, stopped_by_time_limit_at=stopped_at,
@@ -482,12 +547,13 @@ def finish(task: Task, folder: OutputFolder, opts: TrainOptions, trainer, raw, d
         logger.warning("%s; the run's figures are those of a shorter run than planned", stop_line(done))
     result = RunResult(run_dir=run_dir, task=task.name, metrics=evaluation.metrics, baseline=evaluation.baseline,
                        samples=samples, log_history=list(trainer.state.log_history),
-                       global_step=trainer.state.global_step, wall_time_s=time.perf_counter() - t_start,
-                       time_per_step_s=median_step_time(durations), completion=done)
+                       global_step=trainer.state.global_step,
+                       wall_time_s=time.perf_counter() - (t_start if trained["wall_time_s"] is None else finish_start)
+                       + (trained["wall_time_s"] or 0.0),  # the run's: up to the end of its training, then this
+                       time_per_step_s=trained["time_per_step_s_median"], completion=done)
     if is_main:
-        timings = timing(task, opts, wall_time_s=result.wall_time_s, train_time_s=train_seconds,
-                         steps=result.global_step, durations=durations, world=record["world"],
-                         stopped_by_time_limit_at=stopped_at)
+        timings = timing(task, opts, trained=trained, wall_time_s=result.wall_time_s, steps=result.global_step,
+                         world=record["world"], stopped_by_time_limit_at=stopped_at)
         write_outputs(folder, task, metrics=result.metrics, baseline=result.baseline, samples=samples,
                       timings=timings, done=done, record=run_record(task, opts, status="completed", **record),
                       log_history=result.log_history)

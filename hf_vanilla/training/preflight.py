@@ -1,0 +1,65 @@
+"""What a run refuses from its folder and its arguments alone, before torch, the data or a model loads.
+
+A folder it may not write (another process is writing it, it holds someone else's files, or a run that neither
+``--resume`` nor ``--overwrite`` was given for) and a ``--resume`` whose options contradict the ones the run
+recorded in run.json. ``hf-vanilla train`` and the main job check this first, so they refuse within a second;
+:func:`hf_vanilla.training.train` checks it too. Only the standard library, the run folder and the options load here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..files.output_folder import OutputFolder
+from ..publishing.unfinished import recorded_resume_command
+from . import rundir
+from .options import flag
+
+if TYPE_CHECKING:
+    from ..tasks import Task
+    from .options import TrainOptions
+
+#: What ``--resume`` may change: how the run is watched and reported, where and how long this sitting trains, and
+#: ``--max-steps`` (a run extended to more steps: its schedule is planned again for them). Every other option decides
+#: what the run computes (data, tokenizer, model, optimiser, evaluation), and a checkpoint goes on only with the
+#: values it was trained with.
+MAY_CHANGE_ON_RESUME = frozenset({
+    "resume", "overwrite", "time_limit_minutes", "max_steps", "use_cpu", "attn_implementation", "disable_tqdm", "report_to",
+    "dataloader_num_workers", "logging_steps", "save_total_limit", "eval_batch_size", "license",
+})
+
+
+def check_before_loading(task: Task, run_dir: Path, opts: TrainOptions) -> dict[str, Any] | None:
+    """Refuse a folder ``opts`` may not write, or a ``--resume`` that contradicts the run's record (``opts``
+    resolved for ``task``). Returns the run's record when resuming one, else None."""
+    OutputFolder(run_dir, "run").check(overwrite=opts.overwrite, resume=bool(opts.resume))
+    if not opts.resume or not rundir.is_run_dir(run_dir):
+        return None
+    record = rundir.read_record(run_dir)
+    check_same_run(record, task.name, opts, run_dir)
+    return record
+
+
+def check_same_run(record: dict[str, Any], task: str, opts: TrainOptions, run_dir: Path) -> None:
+    """``ValueError`` naming the first option whose value differs from the one ``record`` (run.json) holds."""
+    recorded = record.get("options") or {}
+    given = _as_recorded(dataclasses.asdict(opts))
+    differs = [(flag(name), recorded[name], given[name]) for name in given
+               if name not in MAY_CHANGE_ON_RESUME and name in recorded and recorded[name] != given[name]]
+    if record.get("task", task) != task:
+        differs.insert(0, ("--task", record["task"], task))
+    if not differs:
+        return
+    option, then, now = differs[0]
+    command = recorded_resume_command(record)
+    how = f"run `{command}`" if command else "give the options the run recorded (its run.json: options)"
+    raise ValueError(f"{run_dir} was trained with {option} {then!r}, not {now!r}, and --resume goes on only with the "
+                     f"run's own options: {how}, or start a new run (--overwrite, or another --output-dir)")
+
+
+def _as_recorded(options: dict[str, Any]) -> dict[str, Any]:
+    """The options as run.json holds them (through JSON: tuples become lists)."""
+    return json.loads(json.dumps(options))
