@@ -584,7 +584,8 @@ def plot_scaling(record: dict[str, Any], path: Path) -> None:
     iso.set_xlabel("parameters N (all, tied embedding once)")
     iso.set_ylabel("held-out loss (nats per token)")
     iso.set_title("IsoFLOP curves (· runs, o seed means, ★ minimum)")
-    iso.legend(fontsize=8)
+    if iso.get_legend_handles_labels()[0]:
+        iso.legend(fontsize=8)
     for basis, marker in zip(BASES, ("o", "s"), strict=True):
         fits = [b["fits"][basis] for b in analysis["per_budget"] if b["fits"][basis]["n_opt_ci95"]]
         if not fits:
@@ -599,7 +600,8 @@ def plot_scaling(record: dict[str, Any], path: Path) -> None:
     opt.set_xlabel("compute C = (6N + 12LdT)·D, in the basis's N (FLOPs)")
     opt.set_ylabel("compute-optimal N (95% interval)")
     opt.set_title("N_opt against compute, one basis per series")
-    opt.legend(fontsize=8)
+    if opt.get_legend_handles_labels()[0]:
+        opt.legend(fontsize=8)
     p = analysis["prediction"]
     best = [(b["best_compute"], b["best_loss"]) for b in analysis["per_budget"]]
     if p["status"] == "ok":
@@ -621,7 +623,8 @@ def plot_scaling(record: dict[str, Any], path: Path) -> None:
     front.set_xlabel("compute C (FLOPs, total basis)")
     front.set_ylabel("best held-out loss")
     front.set_title("Frontier: two budgets predicted")
-    front.legend(fontsize=8)
+    if front.get_legend_handles_labels()[0]:
+        front.legend(fontsize=8)
     Picture(figure).save(path)
 
 
