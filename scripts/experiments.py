@@ -4,6 +4,7 @@
     python scripts/experiments.py extrapolation [--out docs/figures] [--runs runs/experiments] [--tiny]
     python scripts/experiments.py warmup        [--out docs/figures] [--runs runs/experiments] [--tiny]
     python scripts/experiments.py scaling       [--out docs/figures] [--runs runs/scaling] [--workers 2] [--tiny]
+                                                [--plan cpu|gpu] [--estimate] [--reanalyse RECORD [--add-runs ...]]
 
 ``scaling`` is the IsoFLOP sweep of ``scripts/scaling.py`` (its docstring says what it does).
 
@@ -354,6 +355,29 @@ def run_experiment(name: str, out: Path, runs: Path, tiny: bool = False, data_fi
     return record
 
 
+def scaling_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    sys.path.insert(0, str(REPO / "scripts"))
+    import scaling
+
+    if args.add_runs and args.reanalyse is None:
+        parser.error("--add-runs needs --reanalyse RECORD: it adds result files to a written record's runs")
+    try:
+        scaling.check_device(args.device, args.dtype)
+        if args.reanalyse is not None:
+            scaling.reanalyse(args.out, args.reanalyse, tuple(args.add_runs))
+            return 0
+    except ValueError as error:
+        parser.error(str(error))
+    plan = scaling.choose_plan(args.plan, args.device, args.tiny)
+    if args.estimate:
+        widths = sorted(scaling.home_budgets(plan, scaling.family(plan)))
+        print(json.dumps(scaling.estimate(plan, scaling.step_seconds(plan, widths), args.workers), indent=1))
+        return 0
+    scaling.sweep(args.out, args.runs, plan, data_files=tuple(args.data_files), workers=args.workers,
+                  device=args.device, dtype=args.dtype, train=not args.no_train)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("experiment", choices=[*sorted(EXPERIMENTS), "scaling"])
@@ -371,20 +395,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="float32", help="scaling: float32, or bfloat16 (autocast)")
     parser.add_argument("--no-train", action="store_true",
                         help="scaling: train nothing; fit and draw the budgets whose runs have all finished")
+    parser.add_argument("--plan", choices=["cpu", "gpu"], default=None,
+                        help="scaling: which sweep (default: gpu on a CUDA device, cpu otherwise)")
+    parser.add_argument("--estimate", action="store_true",
+                        help="scaling: time a few steps of each width here and print the plan's wall time; train nothing")
+    parser.add_argument("--reanalyse", type=Path, default=None, metavar="RECORD",
+                        help="scaling: refit a written scaling.json's runs with the current analysis")
+    parser.add_argument("--add-runs", type=Path, nargs="*", default=[], metavar="RESULT",
+                        help="scaling, with --reanalyse: result.json files of more runs (e.g. more seeds) to fit too")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.experiment == "scaling":
         sys.path.insert(0, str(REPO / "scripts"))
-        from scaling import check_device, sweep
-
-        try:
-            check_device(args.device, args.dtype)
-        except ValueError as error:
-            parser.error(str(error))
-        sweep(args.out, args.runs, tiny=args.tiny, data_files=tuple(args.data_files), workers=args.workers,
-              device=args.device, dtype=args.dtype, train=not args.no_train)
-        return 0
+        return scaling_command(parser, args)
     run_experiment(args.experiment, args.out, args.runs, tiny=args.tiny, data_files=tuple(args.data_files))
     return 0
 

@@ -1,20 +1,26 @@
 """The IsoFLOP sweep (Chinchilla's approach 2) on the project's English corpora (docs/experiments.md).
 
     python scripts/experiments.py scaling [--out docs/figures] [--runs runs/scaling] [--workers 2] [--tiny]
-                                          [--device cpu|cuda] [--dtype float32|bfloat16]
+                                          [--device cpu|cuda] [--dtype float32|bfloat16] [--plan cpu|gpu]
+                                          [--estimate] [--no-train] [--reanalyse RECORD [--add-runs FILE ...]]
 
-For each compute budget C (FLOPs, C = 6 N D with N every parameter, the tied embedding counted once) five
-decoders of one family (width d and depth round(d/20) grown together, 8-dimensional heads, d_ff = 4d) are
-trained on D = C / (6 N) tokens each, with a cosine schedule that ends exactly at D. All runs read the same
-shuffled blocks of one English stream (Shakespeare, the King James Bible and BBC News, training works only)
-from the start, and each is scored on the same held-out tokens (whole works, books and articles never
-trained on). Then, per budget, a parabola of loss against ln N gives N_opt (counted with and without the
-embedding); across budgets N_opt = k C^a and D_opt = k' C^b; and the loss frontier L(C) = E + A C^-alpha,
-fitted on every budget but the largest, predicts the largest budget's best loss.
+A plan (``SweepPlan``) names compute budgets C, counted as C = (6 N + 12 L d T) D (scripts/scaling_fits.py says
+why), and a family of decoders (width d and depth round(d/20) grown together, 8-dimensional heads, d_ff = 4d).
+It is trained in two stages:
 
-The training loop is a lean one (no Trainer): one tokenizer and one token stream for every run, so runs
-differ only in size and length. A finished run's result (``RUN/result.json``) is kept and never re-trained,
-so an interrupted sweep resumes where it stopped; ``--workers`` trains that many runs at once.
+1. the learning rate: each width the sweep uses is trained at each of ``learning_rates`` at its home budget
+   (the budget whose grid is centred nearest it), one seed, and keeps the rate with the lowest loss on
+   validation blocks held back from the training stream (never the held-out test text);
+2. the IsoFLOP runs: per budget, ``sizes_per_budget`` widths spread over ``size_span`` around the size at
+   which D/N is ``tokens_per_parameter`` (the grid is centred where the first sweep's optima fell), each at
+   its own learning rate, each with every seed; D = C / (6 N + 12 L d T) tokens, a cosine schedule ending at D.
+
+A seed sets the initialisation and the order in which a run reads the training blocks. Each run's result
+(``RUN/result.json``) is written atomically when it finishes and never re-trained, so a sweep stopped at any
+point resumes where it stopped; ``--workers`` trains that many runs at once (one thread each). ``--estimate``
+times a few steps of every width here and prints the plan's wall time; ``--tiny`` is the same plan at dry-run
+size (seconds: the test suite runs it); ``--reanalyse`` refits a committed record's runs with the current
+analysis (``--add-runs`` adds result files, e.g. more seeds).
 """
 
 from __future__ import annotations
@@ -32,13 +38,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from scaling_fits import BASES, REFERENCE_EXPONENTS, analyse
 
 from hf_vanilla.files.atomic import atomic_write_text
 
-#: Chinchilla's and Kaplan's exponents (N_opt ~ C^a, D_opt ~ C^b), printed beside the measured ones.
-REFERENCE_EXPONENTS = {"Chinchilla (Hoffmann et al. 2022)": (0.50, 0.50), "Kaplan et al. 2020": (0.73, 0.27)}
-#: The two ways of counting N: every parameter (Chinchilla) and without the token embedding (Kaplan).
-COUNTS = ("total", "non_embedding")
 HEAD_SIZE = 8  # hidden units per attention head
 DEPTH_RATIO = 20  # depth = round(width / DEPTH_RATIO): width and depth grow together
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -46,35 +49,52 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 @dataclass(frozen=True)
 class SweepPlan:
-    """What one sweep trains: the budgets, the family's widths, and the training recipe every run shares."""
+    """What one sweep trains: the budgets, the family's widths, the seeds, the learning-rate grid and the
+    training recipe every run shares."""
 
-    budgets: tuple[float, ...]  # FLOPs, C = 6 N D
+    budgets: tuple[float, ...]  # FLOPs: (6 N + 12 L d T) D, or 6 N D without count_attention
     widths: tuple[int, ...]  # the family's model widths (depth follows)
+    seeds: tuple[int, ...] = (0, 1, 2)
+    learning_rates: tuple[float, ...] = (1e-3, 2e-3, 4e-3)  # one value: no learning-rate stage
     sizes_per_budget: int = 5
     size_span: float = 16.0  # each budget's sizes run from N*/sqrt(span) to N*·sqrt(span) ...
-    tokens_per_parameter: float = 20.0  # ... around N* = sqrt(C / (6 · this)), Chinchilla's D/N
+    tokens_per_parameter: float = 80.0  # ... around the N* at which D/N is this (the first sweep's optima: 55-142)
+    count_attention: bool = True  # budgets count attention's 12 L d T a token (the first sweep's did not)
     vocab_size: int = 512
     block_size: int = 128
     batch_size: int = 8
-    learning_rate: float = 2e-3
     warmup_fraction: float = 0.05
     final_lr_fraction: float = 0.1  # the cosine ends at this fraction of the peak (Chinchilla: 10x decay)
     held_out_windows: int = 96  # block_size-token windows scored per held-out corpus
-    seed: int = 0
+    validation_windows: int = 96  # training blocks never trained on: the learning rate is chosen on them
 
     @property
     def tokens_per_step(self) -> int:
         return self.block_size * self.batch_size
 
 
-# Sized for about 40 minutes of a quiet 2-core CPU with --workers 2 (measured step costs in docs/experiments.md).
-FULL = SweepPlan(budgets=tuple(10**10.5 * 10 ** (1.5 * i / 4) for i in range(5)),
-                 widths=(8, 12, 16, 20, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128))
-# The same sweep on a GPU: 100x the budgets, a wider family, larger batches (not yet run: see the docs).
-GPU = replace(FULL, budgets=tuple(c * 100 for c in FULL.budgets), widths=(32, 48, 64, 96, 128, 160, 192, 256, 320,
-              384, 448, 512), batch_size=32)
-TINY = SweepPlan(budgets=(8e6, 1.6e7, 3.2e7, 6.4e7), widths=(8, 12, 16, 20, 24, 32, 40, 48), size_span=12.0,
-                 tokens_per_parameter=0.02, vocab_size=300, block_size=16, batch_size=4, held_out_windows=8)
+# The first sweep (commit f7c0275, docs/figures/scaling.json): C = 6 N D, one seed, one learning rate for every
+# size, the grid centred on 20 tokens a parameter. Kept so that its runs can be re-trained with more seeds.
+FIRST = SweepPlan(budgets=tuple(10**10.5 * 10 ** (1.5 * i / 4) for i in range(5)),
+                  widths=(8, 12, 16, 20, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128), seeds=(0,), learning_rates=(2e-3,),
+                  tokens_per_parameter=20.0, count_attention=False, validation_windows=0)
+# The seeded sweep, cut to fit 2.5 hours of the 2-core CPU with two workers (docs/experiments.md gives the
+# estimate and what the cut costs): five budgets over 6.3x (the smallest is where the family's smallest width,
+# d = 8, still lies two sizes below the centre), three seeds, three learning rates per width.
+CPU = replace(FIRST, budgets=tuple(10**11.1 * 10 ** (0.8 * i / 4) for i in range(5)), seeds=(0, 1, 2),
+              learning_rates=(1e-3, 2e-3, 4e-3), tokens_per_parameter=80.0, count_attention=True, validation_windows=96)
+# The same sweep on a GPU: 100x the budgets, a wider family, larger batches, bfloat16 (not run: see the docs).
+GPU = replace(CPU, budgets=tuple(c * 100 for c in CPU.budgets), widths=(32, 48, 64, 80, 96, 128, 160, 192, 256,
+              320, 384, 448, 512), batch_size=32)
+PLANS = {"cpu": CPU, "gpu": GPU}
+
+
+def dry_run(plan: SweepPlan) -> SweepPlan:
+    """``plan`` at dry-run size: its seeds, learning-rate grid, sizes per budget, span and compute count, with
+    tiny models, short windows and budgets of a few hundred steps in all (the test suite trains it)."""
+    return replace(plan, budgets=(8e6, 1.6e7, 3.2e7, 6.4e7, 1.28e8), widths=(8, 12, 16, 20, 24, 32, 40, 48, 56),
+                   tokens_per_parameter=0.01, size_span=12.0, vocab_size=300, block_size=16,
+                   batch_size=4, held_out_windows=8, validation_windows=min(plan.validation_windows, 8))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -113,7 +133,7 @@ def parameter_counts(model: torch.nn.Module) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One run: a budget, a width, and the length that spends the budget."""
+    """One run: a budget, a width, a learning rate, a seed, and the length that spends the budget."""
 
     budget: float
     width: int
@@ -122,23 +142,38 @@ class RunSpec:
     non_embedding_parameters: int
     steps: int
     tokens: int  # D actually trained on: steps · tokens per step
-    target_tokens: float  # C / (6 N)
+    target_tokens: float  # C / (6 N + 12 L d T), or C / (6 N) without count_attention
+    learning_rate: float
+    seed: int
 
     @property
     def name(self) -> str:
-        return f"C{self.budget:.3g}-d{self.width}"
+        return f"C{self.budget:.3g}-d{self.width}-lr{self.learning_rate:g}-s{self.seed}"
 
 
 def family(plan: SweepPlan) -> dict[int, dict[str, int]]:
-    """Each width's parameter counts (built once: the counts are the model's, not a formula's)."""
-    return {w: parameter_counts(build_model(w, plan)) for w in plan.widths}
+    """Each width's parameter counts (built once, on the meta device: the counts are the model's, not a
+    formula's)."""
+    with torch.device("meta"):
+        return {w: parameter_counts(build_model(w, plan)) for w in plan.widths}
+
+
+def flops_per_token(width: int, parameters: int, plan: SweepPlan) -> float:
+    """The plan's count of a training token's compute: 6 N (+ attention's 12 L d T with count_attention)."""
+    return 6 * parameters + (12 * depth_of(width) * width * plan.block_size if plan.count_attention else 0)
+
+
+def grid_centre(budget: float, plan: SweepPlan, counts: dict[int, dict[str, int]]) -> float:
+    """The N at which a budget's D/N is the plan's tokens_per_parameter (interpolated along the family in ln N)."""
+    n = np.log([counts[w]["total"] for w in plan.widths])
+    ratio = np.log([budget / flops_per_token(w, counts[w]["total"], plan) / counts[w]["total"] for w in plan.widths])
+    return float(math.exp(np.interp(-math.log(plan.tokens_per_parameter), -ratio, n)))
 
 
 def widths_for(budget: float, plan: SweepPlan, counts: dict[int, dict[str, int]]) -> list[int]:
     """The plan's sizes for one budget: the widths nearest (in ln N) to points spread evenly over
     [N*/sqrt(span), N*·sqrt(span)]. Two points landing on one width mean the family is too coarse there."""
-    centre = math.sqrt(budget / (6 * plan.tokens_per_parameter))
-    k = plan.sizes_per_budget
+    centre, k = grid_centre(budget, plan, counts), plan.sizes_per_budget
     targets = [centre * plan.size_span ** (i / (k - 1) - 0.5) for i in range(k)]
     chosen = [min(counts, key=lambda w, t=t: abs(math.log(counts[w]["total"] / t))) for t in targets]
     if len(set(chosen)) != k:
@@ -147,16 +182,50 @@ def widths_for(budget: float, plan: SweepPlan, counts: dict[int, dict[str, int]]
     return chosen
 
 
-def run_specs(plan: SweepPlan) -> list[RunSpec]:
-    counts, specs = family(plan), []
-    for budget in plan.budgets:
-        for width in widths_for(budget, plan, counts):
-            n = counts[width]["total"]
-            target = budget / (6 * n)
-            steps = max(1, round(target / plan.tokens_per_step))
-            specs.append(RunSpec(budget, width, depth_of(width), n,
-                                 counts[width]["non_embedding"], steps, steps * plan.tokens_per_step, target))
-    return specs
+def spec(budget: float, width: int, plan: SweepPlan, counts: dict[int, dict[str, int]], learning_rate: float,
+         seed: int) -> RunSpec:
+    n = counts[width]["total"]
+    target = budget / flops_per_token(width, n, plan)
+    steps = max(1, round(target / plan.tokens_per_step))
+    return RunSpec(budget, width, depth_of(width), n, counts[width]["non_embedding"], steps,
+                   steps * plan.tokens_per_step, target, learning_rate, seed)
+
+
+def home_budgets(plan: SweepPlan, counts: dict[int, dict[str, int]]) -> dict[int, float]:
+    """Each width the sweep uses and the budget whose grid centre lies nearest it: where its rate is chosen."""
+    centres = {b: grid_centre(b, plan, counts) for b in plan.budgets}
+    used = sorted({w for b in plan.budgets for w in widths_for(b, plan, counts)})
+    return {w: min(plan.budgets, key=lambda b, w=w: abs(math.log(counts[w]["total"] / centres[b]))
+                   if w in widths_for(b, plan, counts) else math.inf) for w in used}
+
+
+def learning_rate_specs(plan: SweepPlan, counts: dict[int, dict[str, int]] | None = None) -> list[RunSpec]:
+    """Stage 1: every width the sweep uses, at its home budget, once per learning rate (the first seed)."""
+    if len(plan.learning_rates) == 1:
+        return []
+    counts = counts or family(plan)
+    return [spec(b, w, plan, counts, lr, plan.seeds[0]) for w, b in home_budgets(plan, counts).items()
+            for lr in plan.learning_rates]
+
+
+def isoflop_specs(plan: SweepPlan, rates: dict[int, float], counts: dict[int, dict[str, int]] | None = None
+                  ) -> list[RunSpec]:
+    """Stage 2: per budget its sizes, each at its chosen learning rate, once per seed."""
+    counts = counts or family(plan)
+    return [spec(b, w, plan, counts, rates[w], seed) for b in plan.budgets for w in widths_for(b, plan, counts)
+            for seed in plan.seeds]
+
+
+def choose_learning_rates(plan: SweepPlan, results: list[dict[str, Any]]) -> dict[int, float]:
+    """Each width's learning rate with the lowest validation loss (a diverged run loses); with one rate, it."""
+    if len(plan.learning_rates) == 1:
+        return {w: plan.learning_rates[0] for w in plan.widths}
+    best: dict[int, tuple[float, float]] = {}
+    for r in results:
+        loss = r["validation_loss"] if r["validation_loss"] is not None else math.inf
+        if r["width"] not in best or loss < best[r["width"]][0]:
+            best[r["width"]] = (loss, r["learning_rate"])
+    return {w: lr for w, (_, lr) in best.items()}
 
 
 def learning_rate_factor(step: int, steps: int, plan: SweepPlan) -> float:
@@ -214,9 +283,10 @@ def token_stream(tokenizer, documents: list[str]) -> list[int]:
 
 def prepare_data(plan: SweepPlan, load_corpora: Callable[[], dict[str, dict[str, list[str]]]], folder: Path
                  ) -> dict[str, Any]:
-    """Train the tokenizer on the training documents; cut the training stream into blocks in a fixed shuffled
-    order and each held-out corpus into ``held_out_windows`` evenly spaced windows; save them (a resumed sweep
-    loads them)."""
+    """Train the tokenizer on the training documents; cut the training stream into blocks, keep
+    ``validation_windows`` evenly spaced ones out of training (the learning rate is chosen on them), and cut
+    each held-out corpus into ``held_out_windows`` evenly spaced windows; save them (a resumed sweep loads
+    them). Each run reads the training blocks in its seed's order (``run_order``)."""
     from hf_vanilla.corpora import train_tokenizer
 
     path = folder / "data.pt"
@@ -228,14 +298,15 @@ def prepare_data(plan: SweepPlan, load_corpora: Callable[[], dict[str, dict[str,
     tokenizer.save_pretrained(folder / "tokenizer")
     train = torch.tensor(token_stream(tokenizer, documents))
     blocks = train[: len(train) // plan.block_size * plan.block_size].view(-1, plan.block_size)
-    order = torch.randperm(len(blocks), generator=torch.Generator().manual_seed(plan.seed))
+    kept = torch.ones(len(blocks), dtype=torch.bool)
+    kept[torch.linspace(0, len(blocks) - 1, plan.validation_windows).round().long()] = False
     held_out = {}
     for name, docs in corpora["test"].items():
         stream = torch.tensor(token_stream(tokenizer, docs))
         windows = stream[: len(stream) // plan.block_size * plan.block_size].view(-1, plan.block_size)
         pick = torch.linspace(0, len(windows) - 1, min(plan.held_out_windows, len(windows))).round().long()
         held_out[name] = windows[pick]
-    data = {"blocks": blocks[order], "held_out": held_out, "vocab_size": len(tokenizer),
+    data = {"blocks": blocks[kept], "validation": blocks[~kept], "held_out": held_out, "vocab_size": len(tokenizer),
             "train_characters": {k: sum(map(len, v)) for k, v in corpora["train"].items()},
             "train_tokens": len(train)}
     folder.mkdir(parents=True, exist_ok=True)
@@ -247,8 +318,13 @@ def prepare_data(plan: SweepPlan, load_corpora: Callable[[], dict[str, dict[str,
 # One run
 
 
+def run_order(blocks: torch.Tensor, seed: int) -> torch.Tensor:
+    """The training blocks in the order seed ``seed`` reads them (seed 0's is the first sweep's order)."""
+    return blocks[torch.randperm(len(blocks), generator=torch.Generator().manual_seed(seed))]
+
+
 def batches(blocks: torch.Tensor, steps: int, batch_size: int):
-    """The first steps·batch_size blocks of the shared order (wrapping round, i.e. repeating, only if needed)."""
+    """The first steps·batch_size blocks of an order (wrapping round, i.e. repeating, only if needed)."""
     for step in range(steps):
         index = torch.arange(step * batch_size, (step + 1) * batch_size) % len(blocks)
         yield blocks[index]
@@ -272,23 +348,25 @@ def held_out_loss(model, held_out: dict[str, torch.Tensor], autocast) -> dict[st
 
 def train_run(spec: RunSpec, plan: SweepPlan, folder: Path, device: str = "cpu", dtype: str = "float32",
               threads: int | None = None) -> dict[str, Any]:
-    """Train one run to its D tokens; write and return its result (the held-out loss, the curve, the time)."""
+    """Train one run to its D tokens; write and return its result (the held-out and validation losses, the
+    curve, the time). A run whose loss turns NaN/inf is recorded as diverged (no losses), not raised."""
     if threads:
         torch.set_num_threads(threads)
     data = torch.load(folder / "data.pt")
-    torch.manual_seed(plan.seed)
+    torch.manual_seed(spec.seed)
     model = build_model(spec.width, plan).to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=plan.learning_rate, weight_decay=0.01)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: learning_rate_factor(s, spec.steps, plan))
     autocast = torch.autocast(torch.device(device).type, dtype=DTYPES[dtype], enabled=dtype != "float32")
-    curve, rates, start = [], [], time.perf_counter()
+    curve, rates, diverged_at, start = [], [], None, time.perf_counter()
     log_every = max(1, spec.steps // 50)
-    for step, batch in enumerate(batches(data["blocks"], spec.steps, plan.batch_size)):
+    for step, batch in enumerate(batches(run_order(data["blocks"], spec.seed), spec.steps, plan.batch_size)):
         batch = batch.to(device)
         with autocast:
             loss = model(input_ids=batch, labels=batch).loss
         if not torch.isfinite(loss):
-            raise FloatingPointError(f"{spec.name}: the loss is {loss.item()} at step {step}")
+            diverged_at = step
+            break
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         rates.append(schedule.get_last_lr()[0])
@@ -301,15 +379,20 @@ def train_run(spec: RunSpec, plan: SweepPlan, folder: Path, device: str = "cpu",
             print(f"{spec.name}: step {step + 1} of {spec.steps}, loss {loss.item():.3f}", flush=True)
     train_time = time.perf_counter() - start
     model.eval()
-    result = dict(asdict(spec), name=spec.name, held_out_loss=held_out_loss(model, data["held_out"], autocast),
-                  train_curve=curve, first_lr=rates[0], last_lr=rates[-1],
+    scored = diverged_at is None
+    result = dict(asdict(spec), name=spec.name, diverged_at=diverged_at,
+                  held_out_loss=held_out_loss(model, data["held_out"], autocast) if scored else None,
+                  validation_loss=held_out_loss(model, {"validation": data["validation"]}, autocast)["all"]
+                  if scored and len(data["validation"]) else None,
+                  train_curve=curve, first_lr=rates[0] if rates else None, last_lr=rates[-1] if rates else None,
                   epochs=spec.steps * plan.batch_size / len(data["blocks"]), train_time_s=round(train_time, 1),
-                  seconds_per_step=train_time / spec.steps, device=device, dtype=dtype)
+                  seconds_per_step=train_time / max(1, len(rates)), device=device, dtype=dtype)
     run_dir = folder / spec.name
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "result.json", json.dumps(result, indent=1) + "\n")  # a kill never leaves half
-    print(f"{spec.name}: N={spec.parameters:,} D={spec.tokens:,} ({spec.steps} steps) held-out loss "
-          f"{result['held_out_loss']['all']:.4f} in {train_time:.0f} s", flush=True)
+    outcome = f"held-out loss {result['held_out_loss']['all']:.4f}" if scored else f"diverged at step {diverged_at}"
+    print(f"{spec.name}: N={spec.parameters:,} D={spec.tokens:,} ({spec.steps} steps) {outcome} in "
+          f"{train_time:.0f} s", flush=True)
     return result
 
 
@@ -330,7 +413,9 @@ def finished(spec: RunSpec, folder: Path) -> dict[str, Any] | None:
 def train_all(specs: list[RunSpec], plan: SweepPlan, folder: Path, workers: int, device: str, dtype: str
               ) -> list[dict[str, Any]]:
     """Every run's result: kept ones read back, the others trained (``workers`` at a time, one thread each when
-    more than one), smallest budget first so that an interrupted sweep leaves whole budgets to fit."""
+    more than one), smallest budget first so that an interrupted sweep leaves whole budgets to fit. Runs of
+    the same name (a stage-1 run that is also a stage-2 one) are trained once."""
+    specs = list({s.name: s for s in specs}.values())
     todo = sorted((s for s in specs if finished(s, folder) is None), key=lambda s: (s.budget, -s.steps))
     print(f"{len(specs) - len(todo)} of {len(specs)} runs already finished in {folder}", flush=True)
     if workers > 1 and len(todo) > 1:
@@ -344,224 +429,207 @@ def train_all(specs: list[RunSpec], plan: SweepPlan, folder: Path, workers: int,
 
 
 # --------------------------------------------------------------------------------------------------
-# Fits
+# Time: measured step costs and the plan's wall time
 
 
-def fit_isoflop(log_n: np.ndarray, loss: np.ndarray) -> dict[str, Any]:
-    """A parabola loss = p0·x² + p1·x + p2 in x = ln N; its minimum x* = -p1 / (2 p0) with the standard error
-    from the fit's covariance (delta method). No minimum (p0 <= 0) is reported as such."""
-    coef, cov = np.polyfit(log_n, loss, 2, cov=True) if len(log_n) > 4 else (np.polyfit(log_n, loss, 2), None)
-    p0, p1, p2 = coef
-    fit = dict(coefficients=coef.tolist(), log_n_opt=None, log_n_opt_se=None, n_opt=None, loss_at_opt=None)
-    if p0 <= 0:
-        return fit
-    x = -p1 / (2 * p0)
-    se = None
-    if cov is not None:
-        grad = np.array([p1 / (2 * p0**2), -1 / (2 * p0), 0.0])
-        se = float(math.sqrt(max(0.0, grad @ cov @ grad)))
-    return dict(fit, log_n_opt=float(x), log_n_opt_se=se, n_opt=float(math.exp(x)),
-                loss_at_opt=float(np.polyval(coef, x)))
+def step_seconds(plan: SweepPlan, widths: list[int], steps: int = 6, device: str = "cpu") -> dict[int, float]:
+    """Seconds a training step of each width takes here (one thread, random tokens, after two warm-up steps)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        seconds = {}
+        for width in widths:
+            model = build_model(width, plan).to(device).train()
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+            batch = torch.randint(3, plan.vocab_size, (plan.batch_size, plan.block_size), device=device)
+            for step in range(steps + 2):
+                if step == 2:
+                    start = time.perf_counter()
+                model(input_ids=batch, labels=batch).loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            seconds[width] = (time.perf_counter() - start) / steps
+        return seconds
+    finally:
+        torch.set_num_threads(threads)
 
 
-def fit_power_law(log_c: np.ndarray, log_y: np.ndarray, se: np.ndarray, draws: int = 4000, seed: int = 0
-                  ) -> dict[str, Any]:
-    """ln y = a·ln C + k by weighted least squares (weights 1/se²); the 95% interval of a from a parametric
-    bootstrap (each ln y drawn from its estimate ± se, refitted), and the ordinary least-squares a beside it."""
-    weights = 1 / np.maximum(se, 1e-9) ** 2
-    slope = float(np.polyfit(log_c, log_y, 1, w=np.sqrt(weights))[0])
-    rng = np.random.default_rng(seed)
-    samples = log_y + rng.standard_normal((draws, len(log_y))) * se
-    slopes = np.array([np.polyfit(log_c, s, 1, w=np.sqrt(weights))[0] for s in samples])
-    low, high = np.percentile(slopes, [2.5, 97.5])
-    return dict(exponent=slope, ci95=[float(low), float(high)], ols_exponent=float(np.polyfit(log_c, log_y, 1)[0]))
+def all_specs(plan: SweepPlan, counts: dict[int, dict[str, int]] | None = None) -> list[RunSpec]:
+    """Every run of both stages as one list (stage 2 at the first learning rate: a run's cost does not
+    depend on its rate), runs of one name once."""
+    counts = counts or family(plan)
+    home = home_budgets(plan, counts)
+    stage2 = isoflop_specs(plan, {w: plan.learning_rates[0] for w in plan.widths}, counts)
+    # the home budget's first-seed run at the chosen rate is a stage-1 run already
+    stage2 = [s for s in stage2 if len(plan.learning_rates) == 1 or not (s.seed == plan.seeds[0]
+                                                                         and home.get(s.width) == s.budget)]
+    return list({s.name: s for s in learning_rate_specs(plan, counts) + stage2}.values())
 
 
-def frontier_curve(c: np.ndarray, e: float, a: float, alpha: float) -> np.ndarray:
-    return e + a * c ** (-alpha)
+def wall_time(durations: list[float], workers: int) -> float:
+    """Seconds ``workers`` take over jobs of these durations, each given to the first free worker, longest
+    first (how train_all orders a budget's runs)."""
+    free = [0.0] * workers
+    for duration in sorted(durations, reverse=True):
+        free[free.index(min(free))] += duration
+    return max(free)
 
 
-def fit_frontier(budgets: np.ndarray, losses: np.ndarray) -> dict[str, Any]:
-    """L(C) = E + A·(C/C_0)^-alpha on the given budgets (C_0 the first: the fit works near 1), with the
-    parameters' covariance; E, A >= 0 and 0 < alpha < 3."""
-    from scipy.optimize import curve_fit
-
-    c = budgets / budgets[0]
-    guess = (max(0.0, float(losses.min()) - 0.5), float(losses[0] - losses.min()) + 0.5, 0.2)
-    params, cov = curve_fit(frontier_curve, c, losses, p0=guess, bounds=([0, 0, 1e-3], [np.inf, np.inf, 3]),
-                            maxfev=20000)
-    return dict(E=float(params[0]), A=float(params[1]), alpha=float(params[2]), reference_budget=float(budgets[0]),
-                covariance=np.where(np.isfinite(cov), cov, None).tolist())
-
-
-def predict_frontier(frontier: dict[str, Any], budget: float) -> tuple[float, float | None]:
-    """The frontier's loss at ``budget`` and its standard error (delta method; None without a covariance)."""
-    e, a, alpha = frontier["E"], frontier["A"], frontier["alpha"]
-    c = budget / frontier["reference_budget"]
-    value = float(frontier_curve(np.array(c), e, a, alpha))
-    cov = frontier["covariance"]
-    if any(v is None for row in cov for v in row):
-        return value, None
-    grad = np.array([1.0, c ** (-alpha), -a * c ** (-alpha) * math.log(c)])
-    return value, float(math.sqrt(max(0.0, grad @ np.array(cov, dtype=float) @ grad)))
-
-
-def analyse(results: list[dict[str, Any]], budgets: tuple[float, ...]) -> dict[str, Any]:
-    """Per budget the IsoFLOP parabolas (both counts); across budgets the exponents; the frontier's held-out
-    prediction of the largest budget's best loss."""
-    per_budget = []
-    for budget in budgets:
-        runs = sorted((r for r in results if r["budget"] == budget), key=lambda r: r["parameters"])
-        loss = np.array([r["held_out_loss"]["all"] for r in runs])
-        fits = {count: fit_isoflop(np.log([r[key] for r in runs]), loss)
-                for count, key in zip(COUNTS, ("parameters", "non_embedding_parameters"), strict=True)}
-        n_opt = fits["total"]["n_opt"]
-        per_budget.append(dict(budget=budget, runs=[r["name"] for r in runs], fits=fits,
-                               d_opt=budget / (6 * n_opt) if n_opt else None,
-                               best_measured_loss=float(loss.min()),
-                               best_measured_run=runs[int(loss.argmin())]["name"]))
-    exponents: dict[str, Any] = {}
-    for count in COUNTS:
-        usable = [b for b in per_budget if b["fits"][count]["log_n_opt_se"] is not None]
-        if len(usable) < 2:
-            exponents[count] = None
-            continue
-        log_c = np.log([b["budget"] for b in usable])
-        log_n = np.array([b["fits"][count]["log_n_opt"] for b in usable])
-        se = np.array([b["fits"][count]["log_n_opt_se"] for b in usable])
-        fit_n = fit_power_law(log_c, log_n, se)
-        # ln D_opt = ln C - ln 6 - ln N_opt(total): its slope is 1 - a with the same uncertainty
-        fit_d = fit_power_law(log_c, log_c - math.log(6) - log_n, se) if count == "total" else None
-        exponents[count] = dict(a=fit_n, b=fit_d, budgets=[b["budget"] for b in usable])
-    return dict(per_budget=per_budget, exponents=exponents, prediction=held_out_prediction(per_budget))
-
-
-def held_out_prediction(per_budget: list[dict[str, Any]]) -> dict[str, Any]:
-    """Fit the frontier on all budgets but the largest (each budget's best measured loss) and predict the
-    largest one's; the error is predicted minus measured."""
-    if len(per_budget) < 4:
-        return dict(status=f"needs 3 budgets to fit and 1 to predict, has {len(per_budget)} complete")
-    fitted, held = per_budget[:-1], per_budget[-1]
-    budgets = np.array([b["budget"] for b in fitted])
-    losses = np.array([b["best_measured_loss"] for b in fitted])
-    frontier = fit_frontier(budgets, losses)
-    predicted, se = predict_frontier(frontier, held["budget"])
-    measured = held["best_measured_loss"]
-    return dict(status="ok", frontier=frontier, budget=held["budget"], predicted_loss=predicted,
-                predicted_loss_se=se, measured_loss=measured, error=predicted - measured,
-                relative_error=(predicted - measured) / measured)
+def estimate(plan: SweepPlan, seconds: dict[int, float], workers: int) -> dict[str, Any]:
+    """The plan's runs, steps and wall time from measured seconds a step (stage 1 then stage 2: the second
+    cannot start before the first has chosen the rates)."""
+    counts = family(plan)
+    stage1 = {s.name for s in learning_rate_specs(plan, counts)}
+    runs = all_specs(plan, counts)
+    cost = {s.name: s.steps * seconds[s.width] for s in runs}
+    first = wall_time([cost[n] for n in stage1], workers)
+    second = wall_time([cost[s.name] for s in runs if s.name not in stage1], workers)
+    return dict(runs=len(runs), learning_rate_runs=len(stage1), steps=sum(s.steps for s in runs),
+                train_seconds=sum(cost.values()), wall_seconds=first + second, workers=workers,
+                seconds_per_step={str(w): seconds[w] for w in sorted(seconds)}, load_average=os.getloadavg())
 
 
 # --------------------------------------------------------------------------------------------------
 # Output: table, figures, record
 
 
+def _interval(values: list[float] | None, fmt: str = "{:.3f}") -> str:
+    return f"[{fmt.format(values[0])}, {fmt.format(values[1])}]" if values else "[none]"
+
+
+def _spread(sd: float | None) -> str:
+    return f"± {sd:.4f}" if sd is not None else "(one seed: spread not measured)"
+
+
 def scaling_table(record: dict[str, Any]) -> str:
-    """The runs (one row each) and the fits, in Markdown."""
+    """The runs (one row each), the learning-rate stage, the fits in both bases and the predictions, in Markdown."""
     analysis = record["analysis"]
     lines = [f"**Partial sweep**: {len(record['missing_runs'])} runs not finished ({', '.join(record['missing_runs'])});"
              " only budgets whose runs all finished are fitted.", ""] if record["partial"] else []
-    lines += ["| budget C (FLOPs) | width × depth | N | N non-emb. | D (tokens) | steps | epochs | held-out loss |",
-             "|---|---|---|---|---|---|---|---|"]
+    if record.get("learning_rate_runs"):
+        lines += ["| width | home budget | learning rate | steps | validation loss | chosen |", "|---|---|---|---|---|---|"]
+        for r in sorted(record["learning_rate_runs"], key=lambda r: (r["width"], r["learning_rate"])):
+            loss = f"{r['validation_loss']:.4f}" if r["validation_loss"] is not None else f"diverged ({r['diverged_at']})"
+            chosen = "✓" if record["learning_rates"].get(str(r["width"])) == r["learning_rate"] else ""
+            lines.append(f"| {r['width']} | {r['budget']:.3g} | {r['learning_rate']:g} | {r['steps']:,} | {loss} | {chosen} |")
+        lines.append("")
+    lines += ["| budget C (FLOPs) | width × depth | N | N non-emb. | D (tokens) | steps | lr | seed | held-out loss |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in record["runs"]:
         lines.append(f"| {r['budget']:.3g} | {r['width']}×{r['depth']} | {r['parameters']:,} | "
-                     f"{r['non_embedding_parameters']:,} | {r['tokens']:,} | {r['steps']:,} | {r['epochs']:.2f} | "
-                     f"{r['held_out_loss']['all']:.4f} |")
-    lines += ["", "| budget C | N_opt (all params) | N_opt (non-emb.) | D_opt | D_opt/N_opt | best measured loss |",
-              "|---|---|---|---|---|---|"]
+                     f"{r['non_embedding_parameters']:,} | {r['tokens']:,} | {r['steps']:,} | {r['learning_rate']:g} | "
+                     f"{r['seed']} | {r['held_out_loss']['all']:.4f} |")
+    lines += ["", f"Compute counted as {analysis['compute']}; each basis counts N and C the same way.", "",
+              "| budget | basis | N_opt (95% interval) | C at N_opt | D_opt/N_opt | sizes below / above | best loss (seed sd) |",
+              "|---|---|---|---|---|---|---|"]
     for b in analysis["per_budget"]:
-        cells = [f"{b['budget']:.3g}"]
-        for count in COUNTS:
-            fit = b["fits"][count]
-            cells.append(f"{fit['n_opt']:,.0f} (×/÷ {math.exp(fit['log_n_opt_se']):.2f})"
-                         if fit["log_n_opt_se"] is not None else "no minimum")
-        n_opt = b["fits"]["total"]["n_opt"]
-        cells += [f"{b['d_opt']:,.0f}" if b["d_opt"] else "-", f"{b['d_opt'] / n_opt:.1f}" if n_opt else "-",
-                  f"{b['best_measured_loss']:.4f}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "| exponent | N counted | measured (95% interval) | OLS | Chinchilla | Kaplan |", "|---|---|---|---|---|---|"]
+        for basis in BASES:
+            fit = b["fits"][basis]
+            if fit["n_opt"] is None:
+                lines.append(f"| {b['budget']:.3g} | {basis} | no minimum | | | | |")
+                continue
+            best = f"{b['best_loss']:.4f} {_spread(b['best_loss_seed_sd'])}, {len(b['seeds'])} seed(s)" \
+                if basis == "total" else ""
+            lines.append(f"| {b['budget']:.3g} | {basis} | {fit['n_opt']:,.0f} {_interval(fit['n_opt_ci95'], '{:,.0f}')} | "
+                         f"{fit['compute']:.3g} | {fit['d_opt'] / fit['n_opt']:.1f} | {fit['sizes_below']} / "
+                         f"{fit['sizes_above']} | {best} |")
+    lines += ["", "| exponent | basis | measured (95% interval, runs' residuals) | sizes resampled (95%) | OLS | "
+              "Chinchilla | Kaplan |", "|---|---|---|---|---|---|---|"]
     (ch_a, ch_b), (ka_a, ka_b) = REFERENCE_EXPONENTS.values()
-    for count in COUNTS:
-        fit = analysis["exponents"][count]
+    for basis in BASES:
+        fit = analysis["exponents"][basis]
         for label, key, ch, ka in (("a (N_opt ∝ C^a)", "a", ch_a, ka_a), ("b (D_opt ∝ C^b)", "b", ch_b, ka_b)):
             if fit is None or fit[key] is None:
                 continue
             e = fit[key]
-            lines.append(f"| {label} | {count.replace('_', '-')} | {e['exponent']:.3f} "
-                         f"[{e['ci95'][0]:.3f}, {e['ci95'][1]:.3f}] | {e['ols_exponent']:.3f} | {ch:.2f} | {ka:.2f} |")
-    p = analysis["prediction"]
-    if p["status"] == "ok":
-        se = f" ± {p['predicted_loss_se']:.4f}" if p["predicted_loss_se"] is not None else ""
+            lines.append(f"| {label} | {basis} | {e['exponent']:.3f} {_interval(e['ci95'])} | "
+                         f"{_interval(e.get('case_ci95'))} | {e['ols_exponent']:.3f} | {ch:.2f} | {ka:.2f} |")
+    for title, p in (("Two budgets held out", analysis["prediction"]), ("One budget held out", analysis["earlier_split"])):
+        lines.append("")
+        if p["status"] != "ok":
+            lines.append(f"{title}: no prediction ({p['status']}).")
+            continue
         f = p["frontier"]
-        lines += ["", f"Frontier L(C) = {f['E']:.3f} + {f['A']:.3f}·(C/{f['reference_budget']:.3g})^-{f['alpha']:.3f}"
-                  f" fitted on the {len(analysis['per_budget']) - 1} smaller budgets; at C = {p['budget']:.3g} it "
-                  f"predicts {p['predicted_loss']:.4f}{se}, measured {p['measured_loss']:.4f}: error "
-                  f"{p['error']:+.4f} nats ({100 * p['relative_error']:+.2f}%)."]
-    else:
-        lines += ["", f"No held-out prediction: {p['status']}."]
+        lines += [f"{title}: frontier {f['form']} = {f['E']:.3f} + {f['A']:.3f}·(C/{f['reference_budget']:.3g})"
+                  f"^-{f['alpha']:.3f}, fitted on the budgets {', '.join(f'{c:.3g}' for c in p['fitted_budgets'])}.", "",
+                  "| held-out budget | C (best run) | predicted (95%) | measured (seed sd) | error | error / seed sd | "
+                  "log-log line through the last two fitted: error |", "|---|---|---|---|---|---|---|"]
+        for q in p["predictions"]:
+            ratio = f"{q['error_in_seed_sds']:+.1f}" if q["error_in_seed_sds"] is not None else "not measured"
+            lines.append(f"| {q['budget']:.3g} | {q['compute']:.3g} | {q['predicted_loss']:.4f} "
+                         f"{_interval(q['predicted_ci95'], '{:.4f}')} | {q['measured_loss']:.4f} "
+                         f"{_spread(q['measured_seed_sd'])} | {q['error']:+.4f} ({100 * q['relative_error']:+.2f}%) | "
+                         f"{ratio} | {q['baseline_error']:+.4f} |")
     return "\n".join(lines) + "\n"
 
 
 def plot_scaling(record: dict[str, Any], path: Path) -> None:
-    """Three panels: the IsoFLOP curves with their parabolas; N_opt and D_opt against C; the frontier and
-    its prediction of the largest budget."""
+    """Three panels: the IsoFLOP curves (every run, the seed means, the parabolas); N_opt against C in both
+    bases with their intervals; the frontier and its held-out predictions."""
     from hf_vanilla.tools.viz import Picture, _new_figure
 
     analysis, runs = record["analysis"], record["runs"]
     figure = _new_figure(17, 4.8)
     iso, opt, front = (figure.add_subplot(1, 3, i) for i in (1, 2, 3))
-    colors = [f"C{i}" for i in range(len(analysis["per_budget"]))]
-    for b, color in zip(analysis["per_budget"], colors, strict=True):
-        points = sorted((r["parameters"], r["held_out_loss"]["all"]) for r in runs if r["budget"] == b["budget"])
-        iso.plot(*zip(*points, strict=True), "o", color=color, label=f"C = {b['budget']:.2g}")
-        grid = np.linspace(math.log(points[0][0]), math.log(points[-1][0]), 100)
+    for i, b in enumerate(analysis["per_budget"]):
+        color = f"C{i}"
+        points = [(r["parameters"], r["held_out_loss"]["all"]) for r in runs if r["budget"] == b["budget"]]
+        iso.plot(*zip(*points, strict=True), ".", color=color, alpha=0.5)
+        iso.plot(b["sizes"], b["mean_loss_by_size"], "o", color=color, label=f"C = {b['budget']:.2g}")
+        grid = np.linspace(math.log(b["sizes"][0]), math.log(b["sizes"][-1]), 100)
         iso.plot(np.exp(grid), np.polyval(b["fits"]["total"]["coefficients"], grid), "-", color=color, lw=1)
         if b["fits"]["total"]["n_opt"]:
             iso.plot(b["fits"]["total"]["n_opt"], b["fits"]["total"]["loss_at_opt"], "*", color=color, ms=12)
     iso.set_xscale("log")
     iso.set_xlabel("parameters N (all, tied embedding once)")
     iso.set_ylabel("held-out loss (nats per token)")
-    iso.set_title("IsoFLOP curves (★ the parabola's minimum)")
-    iso.legend(fontsize=8)
-    for count, marker in zip(COUNTS, ("o", "s"), strict=True):
-        fit = analysis["exponents"][count]
-        usable = [b for b in analysis["per_budget"] if b["fits"][count]["log_n_opt_se"] is not None]
-        if not usable:
+    iso.set_title("IsoFLOP curves (· runs, o seed means, ★ minimum)")
+    if iso.get_legend_handles_labels()[0]:
+        iso.legend(fontsize=8)
+    for basis, marker in zip(BASES, ("o", "s"), strict=True):
+        fits = [b["fits"][basis] for b in analysis["per_budget"] if b["fits"][basis]["n_opt_ci95"]]
+        if not fits:
             continue
-        c = np.array([b["budget"] for b in usable])
-        n = np.array([b["fits"][count]["n_opt"] for b in usable])
-        err = np.array([b["fits"][count]["log_n_opt_se"] for b in usable])
-        label = f"N_opt ({count.replace('_', '-')})" + (f", a = {fit['a']['exponent']:.2f}" if fit else "")
-        opt.errorbar(c, n, yerr=[n - n * np.exp(-err), n * np.exp(err) - n], fmt=marker, capsize=3, label=label)
-        if count == "total":
-            label = "D_opt" + (f", b = {fit['b']['exponent']:.2f}" if fit else "")
-            opt.errorbar(c, c / (6 * n), yerr=[c / (6 * n) * (1 - np.exp(-err)), c / (6 * n) * (np.exp(err) - 1)],
-                         fmt="^", capsize=3, label=label)
+        c, n = np.array([f["compute"] for f in fits]), np.array([f["n_opt"] for f in fits])
+        low, high = np.array([f["n_opt_ci95"] for f in fits]).T
+        fit = analysis["exponents"][basis]
+        label = f"N_opt ({basis})" + (f", a = {fit['a']['exponent']:.2f}" if fit else "")
+        opt.errorbar(c, n, yerr=[np.maximum(n - low, 0), np.maximum(high - n, 0)], fmt=marker, capsize=3, label=label)
     opt.set_xscale("log")
     opt.set_yscale("log")
-    opt.set_xlabel("compute C (FLOPs)")
-    opt.set_ylabel("compute-optimal N or D")
-    opt.set_title("N_opt and D_opt against compute")
-    opt.legend(fontsize=8)
-    best = [(b["budget"], b["best_measured_loss"]) for b in analysis["per_budget"]]
+    opt.set_xlabel("compute C = (6N + 12LdT)·D, in the basis's N (FLOPs)")
+    opt.set_ylabel("compute-optimal N (95% interval)")
+    opt.set_title("N_opt against compute, one basis per series")
+    if opt.get_legend_handles_labels()[0]:
+        opt.legend(fontsize=8)
     p = analysis["prediction"]
+    best = [(b["best_compute"], b["best_loss"]) for b in analysis["per_budget"]]
     if p["status"] == "ok":
-        front.plot(*zip(*best[:-1], strict=True), "o", color="k", label="fitted budgets (best run)")
-        front.plot(*best[-1], "o", color="tab:red", mfc="none", ms=10, label="largest budget, held out (measured)")
+        fitted = best[: len(p["fitted_budgets"])]
+        front.plot(*zip(*fitted, strict=True), "o", color="k", label="fitted budgets (best size, seed mean)")
         f = p["frontier"]
         grid = np.geomspace(best[0][0], best[-1][0] * 1.5, 100)
-        front.plot(grid, frontier_curve(grid / f["reference_budget"], f["E"], f["A"], f["alpha"]), "-", color="k",
-                   lw=1, label=f"L = {f['E']:.2f} + {f['A']:.2f}·(C/C0)^-{f['alpha']:.2f}")
-        front.errorbar(p["budget"], p["predicted_loss"], yerr=p["predicted_loss_se"] or 0, fmt="x", color="tab:red",
-                       ms=10, capsize=3, label=f"predicted (error {p['error']:+.3f})")
+        front.plot(grid, frontier_values(f, grid), "-", color="k", lw=1, label=f"{f['form']}, α = {f['alpha']:.2f}")
+        for q in p["predictions"]:
+            front.plot(q["compute"], q["measured_loss"], "o", color="tab:red", mfc="none", ms=10)
+            ci = q["predicted_ci95"] or [q["predicted_loss"]] * 2
+            front.errorbar(q["compute"], q["predicted_loss"], fmt="x", color="tab:red", ms=10, capsize=3,
+                           yerr=[[max(0, q["predicted_loss"] - ci[0])], [max(0, ci[1] - q["predicted_loss"])]])
+        front.plot([], [], "o", color="tab:red", mfc="none", label="held out, measured")
+        front.plot([], [], "x", color="tab:red", label="held out, predicted (95%)")
     elif best:
-        front.plot(*zip(*best, strict=True), "o", color="k", label=f"best run per budget ({p['status']})")
+        front.plot(*zip(*best, strict=True), "o", color="k", label=f"best size per budget ({p['status']})")
     front.set_xscale("log")
-    front.set_xlabel("compute C (FLOPs)")
+    front.set_xlabel("compute C (FLOPs, total basis)")
     front.set_ylabel("best held-out loss")
-    front.set_title("Frontier: the largest budget predicted")
-    front.legend(fontsize=8)
+    front.set_title("Frontier: two budgets predicted")
+    if front.get_legend_handles_labels()[0]:
+        front.legend(fontsize=8)
     Picture(figure).save(path)
+
+
+def frontier_values(frontier: dict[str, Any], budgets: np.ndarray) -> np.ndarray:
+    return frontier["E"] + frontier["A"] * (budgets / frontier["reference_budget"]) ** -frontier["alpha"]
 
 
 def check_device(device: str, dtype: str) -> None:
@@ -577,49 +645,87 @@ def check_device(device: str, dtype: str) -> None:
                          " run on a GPU machine or pass --device cpu")
 
 
-def sweep(out: Path, runs: Path, tiny: bool = False, data_files: tuple[str, ...] = (), workers: int = 1,
-          device: str = "cpu", dtype: str = "float32", plan: SweepPlan | None = None, train: bool = True
-          ) -> dict[str, Any]:
-    """The whole experiment: prepare the data, train (or read back) every run, fit, write
+def choose_plan(plan: str | None, device: str, tiny: bool) -> SweepPlan:
+    """The named plan (default: gpu on a CUDA device, else cpu), at dry-run size with ``tiny``."""
+    chosen = PLANS[plan or ("gpu" if torch.device(device).type == "cuda" else "cpu")]
+    return dry_run(chosen) if tiny else chosen
+
+
+def sweep(out: Path, runs: Path, plan: SweepPlan, data_files: tuple[str, ...] = (), workers: int = 1,
+          device: str = "cpu", dtype: str = "float32", train: bool = True) -> dict[str, Any]:
+    """The whole experiment: prepare the data, train (or read back) both stages, fit, write
     ``out/scaling.{png,md,json}``; return the record. ``train=False`` trains nothing and fits the budgets whose
     runs have all finished (a partial sweep, marked so in the record)."""
     from experiments import claimed_outputs
 
     check_device(device, dtype)
     with claimed_outputs(out, "scaling") as outputs:
-        record = measure_sweep(runs, tiny, data_files, workers, device, dtype, plan, train)
+        record = measure_sweep(runs, plan, data_files, workers, device, dtype, train)
         write_outputs(record, *outputs)
     print(scaling_table(record))
     print(f"scaling: {record['wall_time_s']} s; written to {out}/scaling.{{png,md,json}}")
     return record
 
 
-def measure_sweep(runs: Path, tiny: bool, data_files: tuple[str, ...], workers: int, device: str, dtype: str,
-                  plan: SweepPlan | None, train: bool) -> dict[str, Any]:
-    """Train (or read back) every run of the plan and fit them: the sweep's record."""
+def measure_sweep(runs: Path, plan: SweepPlan, data_files: tuple[str, ...], workers: int, device: str, dtype: str,
+                  train: bool) -> dict[str, Any]:
+    """Train (or read back) the learning-rate stage, then the IsoFLOP runs at the chosen rates, and fit them."""
     from experiments import provenance
 
-    plan = plan or (TINY if tiny else GPU if torch.device(device).type == "cuda" else FULL)
-    specs = run_specs(plan)
     start, where = time.perf_counter(), provenance()
     claim_folder(plan, runs)
     data = prepare_data(plan, lambda: local_corpora(list(data_files)) if data_files else english_corpora(), runs)
-    if train:
-        results = train_all(specs, plan, runs, workers, device, dtype)
-    else:
-        results = [r for r in (finished(s, runs) for s in specs) if r is not None]
-    done = {r["name"] for r in results}
-    missing = [s.name for s in specs if s.name not in done]
-    budgets = tuple(b for b in plan.budgets if not any(s.budget == b and s.name in missing for s in specs))
+    counts = family(plan)
+
+    def stage(specs: list[RunSpec]) -> list[dict[str, Any]]:
+        done = train_all(specs, plan, runs, workers, device, dtype) if train else [finished(s, runs) for s in specs]
+        return [r for r in done if r is not None]
+
+    stage1 = learning_rate_specs(plan, counts)
+    rate_runs = stage(stage1)
+    missing = sorted({s.name for s in stage1} - {r["name"] for r in rate_runs})
+    rates = choose_learning_rates(plan, rate_runs) if not missing else {}
+    stage2 = isoflop_specs(plan, rates, counts) if not missing else []
+    results = stage(stage2)
+    done = {r["name"] for r in results if r["diverged_at"] is None}
+    missing += [s.name for s in stage2 if s.name not in done]
+    budgets = tuple(b for b in plan.budgets if stage2 and not any(s.budget == b and s.name not in done for s in stage2))
     results = [r for r in results if r["budget"] in budgets]
-    record = dict(experiment="scaling", tiny=tiny, plan=asdict(plan), workers=workers, device=device, dtype=dtype,
-                  partial=bool(missing), missing_runs=missing, **where, train_tokens=data["train_tokens"],
-                  train_characters=data["train_characters"],
-                  held_out_tokens={k: int(v.numel()) for k, v in data["held_out"].items()},
-                  runs=results, analysis=analyse(results, budgets), load_average_at_end=os.getloadavg(),
-                  wall_time_s=round(time.perf_counter() - start, 1),
-                  train_time_s=round(sum(r["train_time_s"] for r in results), 1),
-                  data=list(data_files) or "Shakespeare, KJV (English), BBC News (hf_vanilla.corpora)")
+    return dict(experiment="scaling", plan=asdict(plan), workers=workers, device=device, dtype=dtype,
+                partial=bool(missing), missing_runs=missing, **where, train_tokens=data["train_tokens"],
+                train_characters=data["train_characters"],
+                held_out_tokens={k: int(v.numel()) for k, v in data["held_out"].items()},
+                learning_rate_runs=rate_runs, learning_rates={str(w): lr for w, lr in rates.items()},
+                runs=results, analysis=analyse(results, budgets, plan.block_size), load_average_at_end=os.getloadavg(),
+                wall_time_s=round(time.perf_counter() - start, 1),
+                train_time_s=round(sum(r["train_time_s"] for r in rate_runs + results), 1),
+                data=list(data_files) or "Shakespeare, KJV (English), BBC News (hf_vanilla.corpora)")
+
+
+def reanalyse(out: Path, record_path: Path, added: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """Refit a written record's runs, and any added result files (more seeds of its runs), with this analysis;
+    write ``out/scaling.{png,md,json}`` (the record keeps its runs' provenance and says what was redone)."""
+    from experiments import claimed_outputs, provenance
+
+    record = json.loads(record_path.read_text(encoding="utf-8"))
+    plan = record["plan"]
+    for run in record["runs"]:  # the first sweep's runs: one seed, one rate, both then fields of the plan
+        run.setdefault("seed", plan.get("seed", 0))
+        run.setdefault("learning_rate", plan.get("learning_rate"))
+    runs = record["runs"] + [json.loads(path.read_text(encoding="utf-8")) for path in added]
+    keys = [(r["budget"], r["width"], r["learning_rate"], r["seed"]) for r in runs]
+    if len(set(keys)) != len(keys):
+        raise ValueError("--add-runs repeats a run the record has (same budget, width, rate and seed); drop it")
+    unknown = {r["budget"] for r in runs} - set(plan["budgets"])
+    if unknown:
+        raise ValueError(f"--add-runs has runs of budgets the record's plan does not have: {sorted(unknown)}")
+    budgets = tuple(b for b in plan["budgets"] if any(r["budget"] == b for r in runs))
+    record.update(runs=sorted(runs, key=lambda r: (r["budget"], r["parameters"], r["seed"])),
+                  analysis=analyse(runs, budgets, plan["block_size"]),
+                  reanalysed=dict(provenance(), added_runs=[str(p) for p in added]))
+    with claimed_outputs(out, "scaling") as outputs:
+        write_outputs(record, *outputs)
+    print(scaling_table(record))
     return record
 
 
