@@ -21,7 +21,9 @@ from hf_vanilla import modeling_vanilla, positional, support_matrix, variants
 from hf_vanilla.configuration_vanilla import rows_of
 from tests.factories import HEAD_FOR_FAMILY, config_for_row
 
-ROW_IDS = [f"{row.option}={row.value}" for row in variants.VARIANTS]
+
+def row_id(row: variants.Variant) -> str:
+    return f"{row.option}={row.value}"
 
 
 def head_model(config: hv.VanillaConfig, seed: int = 0) -> nn.Module:
@@ -81,12 +83,12 @@ def check_scheme_weights_initialise_themselves(scheme: str, folder) -> None:
             assert torch.equal(tensor, state[name]), name
 
 
-@pytest.mark.parametrize("row", variants.VARIANTS, ids=ROW_IDS)
+@pytest.mark.parametrize("row", variants.VARIANTS, ids=row_id)
 def test_every_row_initialises_itself_on_the_meta_device(row, tmp_path):
     check_row_initialises_itself(row, tmp_path)
 
 
-@pytest.mark.parametrize("row", variants.VARIANTS, ids=ROW_IDS)
+@pytest.mark.parametrize("row", variants.VARIANTS, ids=row_id)
 def test_every_row_initialises_itself_on_the_meta_device_as_t5_does(row, tmp_path):
     """T5's initialisation (initializer_factor): each module draws its own spread (attention and FFN too, which
     transformers skips in custom code for holding no parameters of their own)."""
@@ -144,7 +146,7 @@ def check_engine_refuses_or_builds(row: variants.Variant, implementation: str) -
             build_as_vllm_does(config, implementation)
 
 
-@pytest.mark.parametrize("row", variants.VARIANTS, ids=ROW_IDS)
+@pytest.mark.parametrize("row", variants.VARIANTS, ids=row_id)
 def test_vllm_serves_each_row_or_the_model_refuses_it_in_our_words(row, engine):
     check_engine_refuses_or_builds(row, engine)
 
@@ -189,7 +191,7 @@ def test_the_rows_of_a_config_are_one_per_option():
             if row.option == "num_key_value_heads"] == [1]
 
 
-@pytest.mark.parametrize("row", variants.VARIANTS, ids=ROW_IDS)
+@pytest.mark.parametrize("row", variants.VARIANTS, ids=row_id)
 def test_every_grid_builds_the_row_not_the_default(row):
     """The config each grid builds for a row uses that row, and differs from the same config without it."""
     config = config_for_row(row)
@@ -405,7 +407,7 @@ def test_output_layer_rows_are_refused_only_where_vllm_builds_an_output_layer(en
 # Parallel plans and the support matrix read the same rows
 
 
-@pytest.mark.parametrize("row", variants.VARIANTS, ids=ROW_IDS)
+@pytest.mark.parametrize("row", variants.VARIANTS, ids=row_id)
 def test_the_parallel_plans_do_what_each_row_says(row):
     config = config_for_row(row)
     model = head_model(config)
@@ -489,7 +491,7 @@ def assert_same_logits_where_real(got: torch.Tensor, expected: torch.Tensor, inp
     torch.testing.assert_close(got[real], expected[real], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("row", variants.VARIANTS, ids=ROW_IDS)
+@pytest.mark.parametrize("row", variants.VARIANTS, ids=row_id)
 def test_torch_export_carries_each_row_or_fails_as_it_says(row, tmp_path):
     check_row_exports_or_fails_as_declared(row, variants.TORCH_EXPORT, tmp_path)
 
@@ -500,14 +502,14 @@ ONNX_CHECKED = [row for row in variants.VARIANTS
                 if row.export_refusal(variants.ONNX) or (row.attention_bias and row.parameters)]
 
 
-@pytest.mark.parametrize("row", ONNX_CHECKED, ids=lambda row: f"{row.option}={row.value}")
+@pytest.mark.parametrize("row", ONNX_CHECKED, ids=row_id)
 def test_onnx_carries_each_row_or_fails_as_it_says(row, tmp_path):
     check_row_exports_or_fails_as_declared(row, variants.ONNX, tmp_path)
 
 
 @pytest.mark.slow  # about 8 s a row on one core
 @pytest.mark.parametrize("row", [row for row in variants.VARIANTS if row not in ONNX_CHECKED],
-                         ids=lambda row: f"{row.option}={row.value}")
+                         ids=row_id)
 def test_onnx_carries_every_other_row_or_fails_as_it_says(row, tmp_path):
     check_row_exports_or_fails_as_declared(row, variants.ONNX, tmp_path)
 
@@ -572,6 +574,6 @@ def check_target_converts_or_refuses(row: variants.Variant, target: str) -> None
 
 
 @pytest.mark.parametrize("target", variants.TO_HF_TARGETS)
-@pytest.mark.parametrize("row", variants.VARIANTS, ids=ROW_IDS)
+@pytest.mark.parametrize("row", variants.VARIANTS, ids=row_id)
 def test_to_hf_converts_each_row_its_target_carries_and_refuses_the_others(row, target):
     check_target_converts_or_refuses(row, target)
