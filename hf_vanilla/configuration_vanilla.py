@@ -28,10 +28,10 @@ from typing import Any, ClassVar
 
 from huggingface_hub.dataclasses import StrictDataclassFieldValidationError, strict
 from transformers import PreTrainedConfig
-from transformers.activations import ACT2FN
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import logging
 
+from . import variants
 from .variants import (
     NON_DEFAULT,
     TP_SPLIT,
@@ -153,7 +153,7 @@ class VanillaConfig(PreTrainedConfig):
         num_key_value_heads: key/value heads; fewer than ``num_attention_heads`` gives grouped-query
             attention (1 = multi-query). Defaults to ``num_attention_heads``.
         head_dim: width of one head (defaults to ``hidden_size // num_attention_heads``).
-        hidden_act: FFN activation, any name in ``transformers.activations.ACT2FN`` (relu, gelu, silu, ...).
+        hidden_act: FFN activation, a ``hidden_act`` row of the table of variants (relu, gelu, gelu_new, silu, ...).
         gated_ffn: gated linear unit FFN, ``act(x W_gate) * (x W_up)``: SwiGLU with silu, GEGLU with gelu.
         position_embedding_type: ``"sinusoidal"``, ``"learned"``, ``"rope"``, ``"alibi"``, ``"relative"``
             (T5 bucketed bias) or ``"none"``.
@@ -324,11 +324,6 @@ class VanillaConfig(PreTrainedConfig):
                 _choice(field, getattr(self, field), values(field))
         for field, allowed in OTHER_CHOICES.items():
             _choice(field, getattr(self, field), allowed)
-        if self.hidden_act not in ACT2FN:
-            raise ValueError(
-                f"VanillaConfig.hidden_act={self.hidden_act!r} is not an activation transformers knows; "
-                f"choose one of {', '.join(sorted(ACT2FN))}."
-            )
         for field in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_decoder_layers",
                       "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings"):
             value = getattr(self, field)
@@ -575,12 +570,7 @@ ATTENTION_IMPLEMENTATION_ATTRIBUTE = "_attn_implementation_internal"
 
 def rows_of(config: "VanillaConfig") -> tuple[Variant, ...]:
     """The table's rows this config uses (a NON_DEFAULT row where its option differs from the field's default)."""
-    defaults = VanillaConfig.__dataclass_fields__
-    return tuple(
-        variant for variant in VARIANTS
-        if (getattr(config, variant.option) != defaults[variant.option].default if variant.value == NON_DEFAULT
-            else getattr(config, variant.option) == variant.value)
-    )
+    return variants.rows_of(config, field_default)
 
 
 def vllm_refusals(config: "VanillaConfig") -> list[str]:

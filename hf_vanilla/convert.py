@@ -40,7 +40,7 @@ from transformers.utils import logging
 
 from . import modeling_vanilla, variants
 from .checkpoint import PICKLE_SUFFIXES, load_complete
-from .configuration_vanilla import VanillaConfig, field_default, field_is_active
+from .configuration_vanilla import VanillaConfig, field_default, field_is_active, rows_of
 from .files.atomic import staged_folder
 from .files.output_folder import OutputFolder
 from .modeling_vanilla import VanillaPreTrainedModel
@@ -609,6 +609,8 @@ def _table_form(arch: Architecture, head: Head) -> dict[str, Any]:
         option_rows = variants.rows(option)
         if any(r.output_layer for r in option_rows) and head.vanilla not in _LM_HEADS:
             continue
+        if any(r.default_of for r in option_rows):  # its default follows other fields: the tables check it
+            continue
         carried = variants.native_values(option, arch.model_type)
         if len(carried) == 1 and carried[0] != variants.NON_DEFAULT:
             form[option] = carried[0]
@@ -644,7 +646,20 @@ def _check_native_form(config: VanillaConfig, arch: Architecture, head: Head, he
         elif name not in covered and name not in _SOFT and value != spec.default:
             # An option newer than this converter's tables: refuse rather than silently drop it.
             problems.hard.append(f"{name}={value!r} (not mapped for {arch.model_type})")
+    _check_rows(config, arch, head_class, problems)
     return problems
+
+
+def _check_rows(config: VanillaConfig, arch: Architecture, head_class: str, problems: Problems) -> None:
+    """Every row of the table this config uses must name the target in ``to_hf``: a value the native model has no
+    module for (an activation or norm added as a row) is refused here, in our words, not by a KeyError there."""
+    for row in rows_of(config):
+        named = any(problem.startswith(f"{row.option}=") for problem in problems.hard)
+        if arch.model_type in row.to_hf or named or not _relevant(row.option, config, head_class):
+            continue
+        carriers = ", ".join(row.to_hf) or "no target"
+        problems.hard.append(f"{row.option}={getattr(config, row.option)!r} ({arch.model_type} has no such "
+                             f"{row.option}; the table of variants converts it to {carriers})")
 
 
 def _to_vanilla_config(model: PreTrainedModel, arch: Architecture, head: Head) -> VanillaConfig:

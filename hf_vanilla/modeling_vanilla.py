@@ -24,6 +24,7 @@ from .configuration_vanilla import (
 import math
 import sys
 from collections.abc import Callable
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -60,6 +61,7 @@ from .positional import (
     rotate_folded,
 )
 from .transformers_releases import CACHE_NAME, accepts_past_key_values, cache_field
+from .variants import enter_class
 
 #: The projections LoRA adapts when ``LoraConfig()`` names none (as PEFT's defaults for Llama).
 LORA_TARGET_MODULES = ("q_proj", "v_proj")
@@ -79,15 +81,36 @@ def tell_peft_lora_targets() -> None:
 # Norms and the position-wise feed-forward network
 
 
-class OwnNormInit(InitialisesItself):
-    """A norm's weight: 1 (transformers' generic init), or T5's ``initializer_factor``."""
+#: norm_type -> the class that builds it; hidden_act -> the class that builds it where ACT2FN's module is not used.
+#: Each class registers itself by naming its rows (``norm_type = ...``, ``activations = (...)``); a taken name is refused.
+NORM_CLASSES: dict[str, type["VanillaNorm"]] = {}
+ACTIVATION_CLASSES: dict[str, type[nn.Module]] = {}
+
+
+class VanillaNorm(InitialisesItself):
+    """A norm: the class of one ``norm_type`` row of the table of variants, built from the config.
+
+    Its weight starts at 1 (transformers' generic initialisation), or at T5's ``initializer_factor``.
+    """
+
+    #: The value of ``norm_type`` this class builds.
+    norm_type: ClassVar[str | None] = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("norm_type") is not None:
+            enter_class(NORM_CLASSES, "norm_type", cls.norm_type, cls)
+
+    @classmethod
+    def from_config(cls, config: VanillaConfig) -> nn.Module:
+        raise NotImplementedError(f"{cls.__qualname__} names norm_type={cls.norm_type!r} but defines no from_config")
 
     def init_own_weights(self, config: VanillaConfig) -> None:
         if config.initializer_factor is not None:
             init.constant_(self.weight, config.initializer_factor)
 
 
-class VanillaRMSNorm(OwnNormInit, nn.Module):
+class VanillaRMSNorm(VanillaNorm, nn.Module):
     """Root-mean-square norm (Zhang & Sennrich): no centring, no bias.
 
     Written as LlamaRMSNorm is, and rounding where it (and T5's) does: normalised in float32, cast back to the
@@ -95,10 +118,16 @@ class VanillaRMSNorm(OwnNormInit, nn.Module):
     source. vLLM recognises this dataflow (x * rsqrt(mean(x^2) + eps), times the weight) and runs its fused kernel.
     """
 
+    norm_type = "rmsnorm"
+
     def __init__(self, hidden_size: int, eps: float = 1e-6):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.eps = eps
+
+    @classmethod
+    def from_config(cls, config: VanillaConfig) -> "VanillaRMSNorm":
+        return cls(config.hidden_size, config.norm_eps)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         input_dtype = hidden_states.dtype
@@ -108,17 +137,29 @@ class VanillaRMSNorm(OwnNormInit, nn.Module):
         return self.weight * hidden_states.to(input_dtype)
 
 
-class VanillaLayerNorm(OwnNormInit, nn.LayerNorm):
+class VanillaLayerNorm(VanillaNorm, nn.LayerNorm):
     """LayerNorm with an optional bias (T5-like stacks drop it)."""
+
+    norm_type = "layernorm"
 
     def __init__(self, hidden_size: int, eps: float, bias: bool):
         super().__init__(hidden_size, eps=eps, bias=bias)
 
+    @classmethod
+    def from_config(cls, config: VanillaConfig) -> "VanillaLayerNorm":
+        return cls(config.hidden_size, config.norm_eps, config.norm_bias)
+
 
 def build_norm(config: VanillaConfig) -> nn.Module:
-    if config.norm_type == "rmsnorm":
-        return VanillaRMSNorm(config.hidden_size, config.norm_eps)
-    return VanillaLayerNorm(config.hidden_size, config.norm_eps, config.norm_bias)
+    """The norm of the class that names ``config.norm_type``."""
+    norm_class = NORM_CLASSES.get(config.norm_type)
+    if norm_class is None:
+        raise ValueError(
+            f"norm_type={config.norm_type!r} is in the table of variants but no norm class names it: define one with "
+            f"`norm_type = {config.norm_type!r}` (a VanillaNorm subclass, hf_vanilla/modeling_vanilla.py) before "
+            "building the model."
+        )
+    return norm_class.from_config(config)
 
 
 def active_dropout(dropout: nn.Dropout, states: torch.Tensor) -> torch.Tensor:
@@ -127,7 +168,20 @@ def active_dropout(dropout: nn.Dropout, states: torch.Tensor) -> torch.Tensor:
     return dropout(states) if dropout.training and dropout.p > 0 else states
 
 
-class FusedTanhGELU(nn.Module):
+class RowActivation(nn.Module):
+    """The class of one or more ``hidden_act`` rows, for an activation not taken from transformers' ``ACT2FN``
+    as it is (one with parameters, or one computed another way); built from the config."""
+
+    #: The values of ``hidden_act`` this class builds.
+    activations: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in cls.__dict__.get("activations", ()):
+            enter_class(ACTIVATION_CLASSES, "hidden_act", name, cls)
+
+
+class FusedTanhGELU(RowActivation):
     """GPT-2's ``gelu_new`` (and ``gelu_fast``, the same polynomial), 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))).
 
     transformers writes it out in Python: about nine element-wise passes forward, more backward. In float32
@@ -135,9 +189,11 @@ class FusedTanhGELU(nn.Module):
     precision the native module runs, so a converted checkpoint rounds where its source does.
     """
 
-    def __init__(self, name: str):
+    activations = ("gelu_new", "gelu_fast")
+
+    def __init__(self, config: VanillaConfig):
         super().__init__()
-        self.native = ACT2FN[name]
+        self.native = ACT2FN[config.hidden_act]
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         if hidden_states.dtype == torch.float32:
@@ -145,8 +201,18 @@ class FusedTanhGELU(nn.Module):
         return self.native(hidden_states)
 
 
-def build_activation(name: str) -> nn.Module:
-    return FusedTanhGELU(name) if name in ("gelu_new", "gelu_fast") else ACT2FN[name]
+def build_activation(config: VanillaConfig) -> nn.Module:
+    """The activation ``config.hidden_act`` names: its class's, or else transformers' ``ACT2FN`` module."""
+    name = config.hidden_act
+    if name in ACTIVATION_CLASSES:
+        return ACTIVATION_CLASSES[name](config)
+    if name in ACT2FN:
+        return ACT2FN[name]
+    raise ValueError(
+        f"hidden_act={name!r} is in the table of variants but neither transformers' ACT2FN nor an activation class "
+        f"names it: define one with `activations = ({name!r},)` (a RowActivation subclass, "
+        "hf_vanilla/modeling_vanilla.py) before building the model."
+    )
 
 
 class VanillaFeedForward(InitialisesItself, nn.Module):
@@ -160,7 +226,7 @@ class VanillaFeedForward(InitialisesItself, nn.Module):
         self.gate_proj = nn.Linear(hidden, width, bias=config.mlp_bias) if self.gated else None
         self.up_proj = nn.Linear(hidden, width, bias=config.mlp_bias)
         self.down_proj = nn.Linear(width, hidden, bias=config.mlp_bias)
-        self.act_fn = build_activation(config.hidden_act)
+        self.act_fn = build_activation(config)
         self.dropout = nn.Dropout(config.activation_dropout)
 
     def init_own_weights(self, config: VanillaConfig) -> None:
@@ -961,7 +1027,7 @@ class VanillaLMHeadMixin(InitialisesItself):
     def _build_lm_head(self, config: VanillaConfig) -> None:
         self.lm_head_transform = (
             nn.Sequential(
-                nn.Linear(config.hidden_size, config.hidden_size), build_activation(config.hidden_act), build_norm(config)
+                nn.Linear(config.hidden_size, config.hidden_size), build_activation(config), build_norm(config)
             )
             if config.lm_head_transform
             else None

@@ -30,7 +30,7 @@ from transformers import initialization as init
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 
 from .configuration_vanilla import VanillaConfig, scheme_row
-from .variants import row
+from .variants import enter_class, row
 
 
 @dataclass
@@ -44,7 +44,8 @@ class PositionalAttentionInputs:
 NO_POSITIONAL_INPUTS = PositionalAttentionInputs()
 
 
-#: position_embedding_type -> the class that implements it (each registers itself by naming its ``scheme``).
+#: position_embedding_type -> the class that implements it (each registers itself by naming its ``scheme``; a name
+#: already taken is refused).
 SCHEME_CLASSES: dict[str, type["PositionalScheme"]] = {}
 
 
@@ -70,8 +71,8 @@ class PositionalScheme(InitialisesItself, nn.Module):
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if cls.scheme is not None:
-            SCHEME_CLASSES[cls.scheme] = cls
+        if cls.__dict__.get("scheme") is not None:  # a subclass that names no scheme of its own registers none
+            enter_class(SCHEME_CLASSES, "position_embedding_type", cls.scheme, cls)
 
     @classmethod
     def for_stack(cls, config: VanillaConfig, causal: bool) -> "PositionalScheme":

@@ -23,7 +23,10 @@ What the columns mean:
   output-layer options count for decoders only (an encoder's hidden states are pooled). The model refuses what
   vLLM would serve wrongly, naming the option. `python scripts/vllm_check.py rows` serves a small decoder for each
   *yes* row and compares greedy tokens and logprobs with transformers' (vLLM 0.32 CPU, on two machines: every row
-  168/168 tokens, max |Δ logprob| 3.1e-5 and 4.4e-5); the suite checks each refusal without vLLM.
+  168/168 tokens, max |Δ logprob| 3.1e-5 and 4.4e-5); the suite checks each refusal without vLLM. The rows of
+  `rope_parameters`, `embedding_norm`, `final_norm`, `hidden_act`, `num_key_value_heads`, `head_dim`,
+  `attention_scale`, `attention_bias`, `mlp_bias`, `scale_embedding` and `tie_word_embeddings` were served by hand
+  in vLLM 0.32 CPU before they were rows (48/48 tokens, max |Δ logprob| 6.4e-6: issue 38); `rows` now builds them.
 - **tensor parallel**: `from_pretrained(..., tp_plan="auto")`; *split heads* shards attention heads across ranks,
   *whole heads* keeps each layer's self-attention whole on every rank (a per-head bias needs all heads).
 - **pipeline parallel**: whether the config offers a `base_model_pp_plan`.
@@ -36,8 +39,10 @@ What the columns mean:
   Converting also needs every other option of the model to fit the same target.
 
 Generated from the table of variants (`hf_vanilla/variants.py`) by `python -m hf_vanilla.support_matrix`; a test
-regenerates it and compares, and the tests check each cell against the code (tests/test_variants.py). A new option
-value is one row in the table (and, for a positional scheme, one class in `positional.py`): it appears here.
+regenerates it and compares, and the tests check each cell against the code (tests/test_variants.py,
+tests/test_tensor_parallel.py). A new option value is one row in the table (and, for a positional scheme, a norm, or
+an activation with parameters, one class naming it): it appears here. A value outside the table is refused by the
+config, naming the values the table has.
 """
 
 
@@ -75,6 +80,11 @@ def conversion_cell(row: variants.Variant, target: str) -> str:
         condition = row.to_hf_condition(target)
         return f"yes, with {condition}" if condition else "yes"
     carried = variants.native_values(row.option, target)
+    needs = [(option, allowed) for option, allowed in variants.activating_values(row.option).items()
+             if not set(allowed) & set(variants.native_values(option, target))]
+    if needs:  # in effect only under a value the target lacks (rope_parameters: RoPE)
+        option, allowed = needs[0]
+        return f"refused: {target} has no `{row.option}` (no `{option}={allowed[0]!r}`)"
     if carried == (variants.NON_DEFAULT,) or not carried and variants.NON_DEFAULT in variants.values(row.option):
         return f"refused: {target} has the default `{row.option}`"
     if not carried:

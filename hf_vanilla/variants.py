@@ -7,13 +7,15 @@ with a reason; each exporter carries it or fails for a stated reason; which ``to
 Config validation, the inactive-options rule, the parallel plans, the engine refusals, convert's relevant fields
 and native forms, scripts and the tests' grids read this table; nothing else lists option values.
 
-A new value is one row here (``register``) and, for a positional scheme, one class in positional.py naming it.
+A new value is one row here (``register``) and, for a positional scheme, one class in positional.py naming it; a new
+norm or activation is one row and, where transformers has no such module (an activation outside ``ACT2FN``, any
+norm), one class in modeling_vanilla.py naming it. A value is registered once: a second row or class for it is refused.
 
 This file travels to the Hub with the model: it imports only the standard library.
 """
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,14 +70,17 @@ class Variant:
     to_hf_conditions: tuple[tuple[str, str], ...] = ()
     #: For a NON_DEFAULT row, the value every check builds it with (a scale of 0.5, say).
     example: Any = None
+    #: For a NON_DEFAULT row of a field that, left unset, follows other fields (``num_key_value_heads`` follows
+    #: ``num_attention_heads``): that value, from the config; the row is in use where the field differs from it.
+    default_of: Callable[[Any], Any] | None = None
 
     def __post_init__(self) -> None:
         exporters = [name for name, _ in self.export_refusals if name not in EXPORTERS]
         targets = [name for name in self.to_hf if name not in TO_HF_TARGETS]
         targets += [name for name, _ in self.to_hf_conditions if name not in self.to_hf]
-        if (self.value == NON_DEFAULT) == (self.example is None):
+        if (self.value == NON_DEFAULT) == (self.example is None) or self.default_of and self.value != NON_DEFAULT:
             raise ValueError(f"{self.option}={self.value!r}: a NON_DEFAULT row, and only such a row, names the "
-                             "example value its checks build it with (example=...).")
+                             "example value its checks build it with (example=...), and only it may name a default_of.")
         if exporters or targets:
             raise ValueError(f"{self.option}={self.value!r}: export_refusals names {exporters or 'no'} unknown "
                              f"exporter (known: {EXPORTERS}), to_hf / to_hf_conditions {targets or 'no'} unknown "
@@ -101,6 +106,26 @@ class Variant:
 
 _BIAS_IN_VLLM = "vLLM's attention takes queries, keys and values only: the additive bias would be dropped"
 _HEAD_IN_VLLM = "vLLM builds its own output layer from vocab_size, tie_word_embeddings and logit_scale alone"
+#: Every to_hf target: the value each native model can be configured with.
+_EVERY_TARGET = TO_HF_TARGETS
+
+
+def _query_heads(config: Any) -> int:
+    return config.num_attention_heads
+
+
+def _even_split(config: Any) -> int:
+    return config.hidden_size // config.num_attention_heads
+
+
+def _unscaled_rope(config: Any) -> dict[str, Any]:
+    return {"rope_type": "default", "rope_theta": config.rope_parameters.get("rope_theta")}
+
+
+def _activation(name: str, summary: str, **properties: Any) -> Variant:
+    """An FFN activation: every target's native config names it (T5 as ``feed_forward_proj``), gated or not."""
+    return Variant("hidden_act", name, summary, to_hf=properties.pop("to_hf", _EVERY_TARGET), **properties)
+
 
 VARIANTS: list[Variant] = [
     Variant("architecture", "encoder", "bidirectional stack (BERT-like)", to_hf=("bert",)),
@@ -127,16 +152,62 @@ VARIANTS: list[Variant] = [
                                   ("relative_attention_bias", "local_params")),
             to_hf=("t5",)),
     Variant("position_embedding_type", "none", "no positional information"),
+    Variant("rope_parameters", NON_DEFAULT, "RoPE with a scaling rule stretching its context (linear, dynamic NTK, "
+            "YaRN, Llama 3: transformers' ROPE_INIT_FUNCTIONS)", default_of=_unscaled_rope,
+            example={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}, to_hf=("llama",)),
     Variant("norm_type", "layernorm", "LayerNorm", active_fields=("norm_bias",), parameters=True,
             to_hf=("gpt2", "bert", "bart", "marian")),
     Variant("norm_type", "rmsnorm", "RMSNorm (T5, Llama)", parameters=True, to_hf=("llama", "t5")),
     Variant("norm_position", "pre", "x = x + f(norm(x)) (GPT-2, Llama, T5)", to_hf=("llama", "gpt2", "t5")),
     Variant("norm_position", "post", "x = norm(x + f(x)) (the paper's)", to_hf=("bert", "bart", "marian")),
+    Variant("embedding_norm", True, "a norm right after the embeddings (BERT, BART)", parameters=True,
+            pipeline_refusal="a norm on the embeddings: a later stage would norm its hidden states again",
+            to_hf=("bert", "bart")),
+    Variant("embedding_norm", False, "the embeddings go straight to the first block (the paper's, GPT-2, Llama, T5)",
+            to_hf=("llama", "gpt2", "marian", "t5")),
+    Variant("final_norm", True, "a norm after the last block (pre-norm stacks: GPT-2, Llama, T5)", parameters=True,
+            to_hf=("llama", "gpt2", "t5")),
+    Variant("final_norm", False, "the last block's output as it is (post-norm stacks: the paper's, BERT, BART)",
+            to_hf=("bert", "bart", "marian")),
+    _activation("relu", "max(0, x) (the paper's, T5 v1.0, OPT)"),
+    _activation("gelu", "x * Phi(x), the exact GELU (BERT, BART)",
+                to_hf_conditions=(("t5", "gated_ffn=False (T5 reads 'gated-gelu' as gelu_new)"),)),
+    _activation("gelu_new", "GELU, tanh approximation, written out (GPT-2, T5 v1.1's GEGLU)"),
+    _activation("gelu_fast", "GELU, tanh approximation, as gelu_new in another form (GPT-J's codebase)"),
+    _activation("gelu_pytorch_tanh", "GELU, tanh approximation, torch's kernel (Gemma, StarCoder)"),
+    _activation("quick_gelu", "x * sigmoid(1.702 x) (CLIP)"),
+    _activation("silu", "x * sigmoid(x); with gated_ffn, SwiGLU (Llama)"),
+    _activation("swish", "the same function as silu, under Marian's name"),
+    _activation("relu2", "relu(x)^2 (Primer, Nemotron)"),
     Variant("gated_ffn", False, "act(x W_up) W_down (the paper's)", parameters=True,
             to_hf=("gpt2", "bert", "bart", "marian", "t5")),
     Variant("gated_ffn", True, "act(x W_gate) * (x W_up) W_down (SwiGLU, GEGLU)", parameters=True,
             to_hf=("llama", "t5"),
             to_hf_conditions=(("t5", "hidden_act other than 'gelu' (T5 reads 'gated-gelu' as gelu_new)"),)),
+    Variant("num_key_value_heads", NON_DEFAULT, "grouped-query attention: fewer key/value heads than query heads, "
+            "each shared by a group of them (Llama 2 70B, Mistral)", default_of=_query_heads, example=2,
+            to_hf=("llama",)),
+    Variant("num_key_value_heads", 1, "multi-query attention: one key/value head shared by every query head (PaLM)",
+            tensor_parallel=TP_WHOLE, to_hf=("llama",)),
+    Variant("head_dim", NON_DEFAULT, "a head width other than hidden_size / num_attention_heads (T5's d_kv, Gemma)",
+            default_of=_even_split, example=32, to_hf=("llama", "t5")),
+    Variant("attention_scale", NON_DEFAULT, "a factor on q.k other than 1/sqrt(head_dim) (T5 attends unscaled: 1.0)",
+            example=1.0, to_hf=("gpt2", "t5"),
+            to_hf_conditions=(("gpt2", "attention_scale=1.0 (scale_attn_weights=False)"),
+                              ("t5", "attention_scale=1.0"))),
+    Variant("attention_bias", True, "biases on the q, k, v and output projections (the paper's, GPT-2, BERT, BART)",
+            parameters=True, to_hf=("llama", "gpt2", "bert", "bart", "marian")),
+    Variant("attention_bias", False, "no biases on the attention projections (Llama, T5)", to_hf=("llama", "t5")),
+    Variant("mlp_bias", True, "biases on the feed-forward projections (the paper's, GPT-2, BERT, BART)",
+            parameters=True, to_hf=("llama", "gpt2", "bert", "bart", "marian")),
+    Variant("mlp_bias", False, "no biases on the feed-forward projections (Llama, T5)", to_hf=("llama", "t5")),
+    Variant("scale_embedding", True, "token embeddings times sqrt(hidden_size) (the paper's, BART, Marian)",
+            to_hf=("bart", "marian")),
+    Variant("scale_embedding", False, "token embeddings as they are (GPT-2, BERT, Llama, T5)", to_hf=_EVERY_TARGET),
+    Variant("tie_word_embeddings", True, "the output projection is the token embedding matrix (the paper's, GPT-2, "
+            "BERT, T5 v1.0)", output_layer=True, to_hf=_EVERY_TARGET),
+    Variant("tie_word_embeddings", False, "an output projection of its own (Llama, T5 v1.1)", parameters=True,
+            output_layer=True, to_hf=_EVERY_TARGET),
     Variant("lm_head_scale", NON_DEFAULT, "last hidden states times a factor before the output projection (T5)",
             output_layer=True, vllm_reads="logit_scale", to_hf=("t5",), example=0.5,
             to_hf_conditions=(("t5", "lm_head_scale=d_model**-0.5 (T5 v1.0)"),)),
@@ -168,6 +239,20 @@ def registered(variant: Variant) -> Iterator[Variant]:
         yield variant
     finally:
         VARIANTS.remove(variant)
+
+
+def enter_class(registry: dict[Any, type], option: str, value: Any, cls: type) -> None:
+    """Enter ``cls`` in ``registry`` (the module's own: positional.py's schemes, modeling_vanilla.py's norms and
+    activations) as the class that builds ``option=value``. A value another class already builds is refused: the
+    second definition would otherwise replace the shipped class for the rest of the process."""
+    taken = registry.get(value)
+    if taken is not None:
+        raise ValueError(
+            f"{option}={value!r} is already built by {taken.__module__}.{taken.__qualname__}; {cls.__qualname__} "
+            f"cannot take its name. Give it a value of its own (one row in hf_vanilla/variants.py), or subclass "
+            "without naming a value."
+        )
+    registry[value] = cls
 
 
 def options() -> tuple[str, ...]:
@@ -208,6 +293,26 @@ def activating_values(field_name: str) -> dict[str, tuple[Any, ...]]:
 def native_values(option: str, target: str) -> tuple[Any, ...]:
     """The values of ``option`` whose rows ``target`` carries (``to_hf``)."""
     return tuple(r.value for r in rows(option) if target in r.to_hf)
+
+
+def is_option_active(option: str, config: Any) -> bool:
+    """Whether ``option`` takes effect in ``config`` (``rope_parameters`` only with RoPE)."""
+    return all(getattr(config, other) in allowed for other, allowed in activating_values(option).items())
+
+
+def rows_of(config: Any, field_default: Callable[[str], Any]) -> tuple[Variant, ...]:
+    """The rows ``config`` uses, in table order: for each option in effect, the row naming its value, or else its
+    NON_DEFAULT row where the value differs from the default (``default_of``, or ``field_default(option)``)."""
+    used = []
+    for option in options():
+        if not is_option_active(option, config):
+            continue
+        value = getattr(config, option)
+        named = [r for r in rows(option) if r.value != NON_DEFAULT and r.value == value]
+        differing = [r for r in rows(option) if r.value == NON_DEFAULT
+                     and value != (r.default_of(config) if r.default_of else field_default(option))]
+        used += named or differing
+    return tuple(sorted(used, key=VARIANTS.index))
 
 
 def fields_with_conditions() -> tuple[str, ...]:

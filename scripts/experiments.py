@@ -60,8 +60,8 @@ from hf_vanilla.files.output_folder import OutputFolder  # noqa: E402
 from hf_vanilla.training import TrainingDivergedError, get_task, train  # noqa: E402
 from hf_vanilla.training.options import make_options  # noqa: E402
 from hf_vanilla.training.sources import load_task_data  # noqa: E402
+from hf_vanilla.variants import values  # noqa: E402
 
-SCHEMES = ("sinusoidal", "learned", "rope", "alibi", "relative", "none")
 LENGTH_FACTORS = (1, 2, 4, 8)
 
 
@@ -172,9 +172,12 @@ def perplexity_at(model, stream: torch.Tensor, window: int, train_length: int, b
     return math.exp(total / count)
 
 
-def extrapolation(runs: Path, budget: Budget, data_files: list[str], schemes: tuple[str, ...] = SCHEMES
+def extrapolation(runs: Path, budget: Budget, data_files: list[str], schemes: tuple[str, ...] | None = None
                   ) -> dict[str, Any]:
+    """``schemes``: every positional scheme of the table of variants unless narrowed."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    schemes = values("position_embedding_type") if schemes is None else schemes
 
     L, longest = budget.block_size, budget.block_size * LENGTH_FACTORS[-1]
     lengths = [L * f for f in LENGTH_FACTORS]

@@ -33,7 +33,16 @@ from transformers.distributed.pipeline_parallel import PipelineIdentityLayer
 
 import hf_vanilla as hv
 from hf_vanilla import variants
-from tests.factories import FAMILIES, SCHEMES, padded_batch, tiny_config, tiny_model, tiny_tokenizer
+from hf_vanilla.configuration_vanilla import rows_of
+from tests.factories import (
+    FAMILIES,
+    SCHEMES,
+    config_for_row,
+    padded_batch,
+    tiny_config,
+    tiny_model,
+    tiny_tokenizer,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).with_name("tp_worker.py")
@@ -78,16 +87,26 @@ CASES = {
 }
 
 
-def scheme_case(row: variants.Variant) -> tuple:
-    """A decoder with this scheme: what its row says tensor parallelism splits (its per-head parameters too) or
-    keeps whole. Read from the table, so a new scheme runs on two ranks without an edit here."""
-    if row.tensor_parallel == variants.TP_WHOLE:
-        return ("decoder", row.value, {}, None, SPLIT_FFN, ("self_attn.q_proj.weight", "self_attn.k_proj.weight"))
-    own = tuple(f"positions.{name}" for name, _ in row.tensor_parallel_plan if name.endswith(".weight"))
-    return ("decoder", row.value, {}, None, (*SPLIT_ATTENTION, *own), ())
+def row_case(row: variants.Variant) -> tuple:
+    """The tiny model the suite builds for this row (tests/factories.py's config_for_row): what the rows it uses say
+    tensor parallelism splits (a scheme's per-head parameters too) or keeps whole. Read from the table, so a new
+    row runs on two ranks without an edit here."""
+    config = config_for_row(row)
+    overrides = {} if row.option in ("architecture", "position_embedding_type") else {row.option: row.setting}
+    if any(used.tensor_parallel == variants.TP_WHOLE for used in rows_of(config)):
+        return (config.architecture, config.position_embedding_type, overrides, None, SPLIT_FFN,
+                ("self_attn.q_proj.weight", "self_attn.k_proj.weight"))
+    own = tuple(f"positions.{name}" for used in rows_of(config) for name, _ in used.tensor_parallel_plan
+                if name.endswith(".weight"))
+    return (config.architecture, config.position_embedding_type, overrides, None, (*SPLIT_ATTENTION, *own), ())
 
 
-CASES |= {f"decoder, {row.value} positions": scheme_case(row) for row in variants.rows("position_embedding_type")}
+def rows_as_cases() -> dict[str, tuple]:
+    """One case per row of the table of variants, read when the tests are collected."""
+    return {f"row {row.option}={row.value}": row_case(row) for row in variants.VARIANTS}
+
+
+CASES |= rows_as_cases()
 
 
 # ----------------------------------------------------------------------------------------------

@@ -17,11 +17,13 @@ from transformers import initialization as init
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 import hf_vanilla as hv
-from hf_vanilla import positional, support_matrix, variants
+from hf_vanilla import modeling_vanilla, positional, support_matrix, variants
 from hf_vanilla.configuration_vanilla import rows_of
 from tests.factories import HEAD_FOR_FAMILY, config_for_row
 
-ROW_IDS = [f"{row.option}={row.value}" for row in variants.VARIANTS]
+
+def row_id(row: variants.Variant) -> str:
+    return f"{row.option}={row.value}"
 
 
 def head_model(config: hv.VanillaConfig, seed: int = 0) -> nn.Module:
@@ -81,12 +83,12 @@ def check_scheme_weights_initialise_themselves(scheme: str, folder) -> None:
             assert torch.equal(tensor, state[name]), name
 
 
-@pytest.mark.parametrize("row", variants.VARIANTS, ids=ROW_IDS)
+@pytest.mark.parametrize("row", variants.VARIANTS, ids=row_id)
 def test_every_row_initialises_itself_on_the_meta_device(row, tmp_path):
     check_row_initialises_itself(row, tmp_path)
 
 
-@pytest.mark.parametrize("row", variants.VARIANTS, ids=ROW_IDS)
+@pytest.mark.parametrize("row", variants.VARIANTS, ids=row_id)
 def test_every_row_initialises_itself_on_the_meta_device_as_t5_does(row, tmp_path):
     """T5's initialisation (initializer_factor): each module draws its own spread (attention and FFN too, which
     transformers skips in custom code for holding no parameters of their own)."""
@@ -144,7 +146,7 @@ def check_engine_refuses_or_builds(row: variants.Variant, implementation: str) -
             build_as_vllm_does(config, implementation)
 
 
-@pytest.mark.parametrize("row", variants.VARIANTS, ids=ROW_IDS)
+@pytest.mark.parametrize("row", variants.VARIANTS, ids=row_id)
 def test_vllm_serves_each_row_or_the_model_refuses_it_in_our_words(row, engine):
     check_engine_refuses_or_builds(row, engine)
 
@@ -178,9 +180,25 @@ def test_a_row_vllm_reads_through_another_attribute_gives_the_same_logits_that_w
 
 
 def test_the_rows_of_a_config_are_one_per_option():
-    config = config_for_row(variants.row("lm_head_scale", variants.NON_DEFAULT))
-    options = [row.option for row in rows_of(config)]
+    """Set to every NON_DEFAULT row's example, a config uses exactly one row of each option; at its defaults, none
+    of those rows (MQA's 1 is a value of its own, not one more NON_DEFAULT setting)."""
+    examples = {row.option: row.setting for row in variants.VARIANTS if row.value == variants.NON_DEFAULT}
+    options = [row.option for row in rows_of(config_for_row(variants.row("architecture", "decoder"), **examples))]
     assert sorted(options) == sorted(variants.options())
+    plain = rows_of(config_for_row(variants.row("architecture", "decoder"), num_key_value_heads=4))
+    assert not [row for row in plain if row.value == variants.NON_DEFAULT]
+    assert [row.value for row in rows_of(config_for_row(variants.row("num_key_value_heads", 1)))
+            if row.option == "num_key_value_heads"] == [1]
+
+
+@pytest.mark.parametrize("row", variants.VARIANTS, ids=row_id)
+def test_every_grid_builds_the_row_not_the_default(row):
+    """The config each grid builds for a row uses that row, and differs from the same config without it."""
+    config = config_for_row(row)
+    assert row in rows_of(config)
+    if row.value == variants.NON_DEFAULT:
+        default = row.default_of(config) if row.default_of else hv.VanillaConfig().to_dict().get(row.option)
+        assert getattr(config, row.option) != default
 
 
 # ----------------------------------------------------------------------------------------------
@@ -241,6 +259,116 @@ def test_a_scheme_added_as_one_class_and_one_row(kerple, engine, tmp_path):
         check_target_converts_or_refuses(kerple, target)
 
 
+# ----------------------------------------------------------------------------------------------
+# A new norm and a new activation are one row each, and one class each where they have parameters
+
+
+SCALENORM = variants.Variant("norm_type", "scalenorm", "ScaleNorm: g * x / ||x||, one learned g (Nguyen & Salazar)",
+                             parameters=True)
+SWISH_BETA = variants.Variant("hidden_act", "swish_beta", "x * sigmoid(beta * x), beta learned (Ramachandran et al.)",
+                              parameters=True)
+
+
+@pytest.fixture
+def scalenorm_and_swish_beta():
+    """Both rows and both classes, registered for this test alone and taken out again afterwards."""
+
+    class ScaleNorm(modeling_vanilla.VanillaNorm, nn.Module):
+        norm_type = "scalenorm"
+
+        def __init__(self, config: hv.VanillaConfig):
+            super().__init__()
+            self.gain = nn.Parameter(torch.empty(1))
+            self.eps = config.norm_eps
+
+        @classmethod
+        def from_config(cls, config: hv.VanillaConfig) -> "ScaleNorm":
+            return cls(config)
+
+        def init_own_weights(self, config: hv.VanillaConfig) -> None:
+            init.constant_(self.gain, config.hidden_size**0.5)
+
+        def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+            return self.gain * hidden_states / hidden_states.norm(dim=-1, keepdim=True).clamp_min(self.eps)
+
+    class SwishBeta(positional.InitialisesItself, modeling_vanilla.RowActivation):
+        activations = ("swish_beta",)
+
+        def __init__(self, config: hv.VanillaConfig):
+            super().__init__()
+            self.beta = nn.Parameter(torch.empty(1))
+
+        def init_own_weights(self, config: hv.VanillaConfig) -> None:
+            init.constant_(self.beta, 1.5)
+
+        def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+            return hidden_states * torch.sigmoid(self.beta * hidden_states)
+
+    try:
+        with variants.registered(SCALENORM), variants.registered(SWISH_BETA):
+            yield ScaleNorm, SwishBeta
+    finally:
+        del modeling_vanilla.NORM_CLASSES["scalenorm"], modeling_vanilla.ACTIVATION_CLASSES["swish_beta"]
+
+
+def test_a_norm_and_an_activation_added_as_one_row_and_one_class_each(scalenorm_and_swish_beta, engine, tmp_path):
+    """What docs/architecture.md counts: no package file changes; the grids' checks run on both rows as they are."""
+    norm_class, activation_class = scalenorm_and_swish_beta
+    for row, module_class in ((SCALENORM, norm_class), (SWISH_BETA, activation_class)):
+        config = config_for_row(row)
+        model = head_model(config)
+        assert any(isinstance(module, module_class) for module in model.modules())
+        ids = torch.tensor([[3, 4, 5, 6, 7]])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits
+        assert torch.isfinite(logits).all()
+        model.save_pretrained(tmp_path / row.value)
+        loaded = type(model).from_pretrained(tmp_path / row.value).eval()
+        with torch.no_grad():
+            torch.testing.assert_close(loaded(input_ids=ids).logits, logits, rtol=0, atol=0)
+        check_row_initialises_itself(row, tmp_path / f"{row.value}-meta")
+        check_engine_refuses_or_builds(row, engine)
+        check_row_exports_or_fails_as_declared(row, variants.TORCH_EXPORT, tmp_path)
+        for target in variants.TO_HF_TARGETS:  # the rows name no target: each refuses them, naming the value
+            check_target_converts_or_refuses(row, target)
+    from hf_vanilla.convert import to_hf
+
+    with pytest.raises(ValueError, match=r"hidden_act='swish_beta' \(llama has no such hidden_act; the table of "
+                                         r"variants converts it to no target\)"):
+        to_hf(head_model(config_for_row(SWISH_BETA, gated_ffn=True)), model_type="llama")
+
+
+def test_a_norm_or_activation_row_without_its_class_is_refused_when_the_model_is_built():
+    unbuilt_norm = variants.Variant("norm_type", "not_written_yet", "a norm whose class is missing")
+    with variants.registered(unbuilt_norm), pytest.raises(ValueError, match="no norm class names it"):
+        head_model(config_for_row(unbuilt_norm))
+    unbuilt_activation = variants.Variant("hidden_act", "not_written_yet", "an activation whose class is missing")
+    with variants.registered(unbuilt_activation), pytest.raises(ValueError, match="neither transformers' ACT2FN"):
+        head_model(config_for_row(unbuilt_activation))
+
+
+def test_a_class_naming_a_value_already_built_is_refused_and_the_shipped_class_stays():
+    with pytest.raises(ValueError, match=r"position_embedding_type='alibi' is already built by "
+                                         r"hf_vanilla.positional.ALiBiPositions"):
+        type("MyALiBi", (positional.PositionalScheme,), {"scheme": "alibi"})
+    with pytest.raises(ValueError, match=r"norm_type='rmsnorm' is already built by .*VanillaRMSNorm"):
+        type("MyRMSNorm", (modeling_vanilla.VanillaNorm, nn.Module), {"norm_type": "rmsnorm"})
+    with pytest.raises(ValueError, match=r"hidden_act='gelu_new' is already built by .*FusedTanhGELU"):
+        type("MyGELU", (modeling_vanilla.RowActivation,), {"activations": ("gelu_new",)})
+    assert positional.SCHEME_CLASSES["alibi"] is positional.ALiBiPositions
+    assert modeling_vanilla.NORM_CLASSES["rmsnorm"] is modeling_vanilla.VanillaRMSNorm
+    assert modeling_vanilla.ACTIVATION_CLASSES["gelu_new"] is modeling_vanilla.FusedTanhGELU
+    type("PatchedRope", (positional.RotaryPositions,), {})  # a subclass naming no value of its own takes none
+    assert positional.SCHEME_CLASSES["rope"] is positional.RotaryPositions
+
+
+def test_every_norm_and_activation_of_the_table_is_built_by_its_class_or_transformers():
+    from transformers.activations import ACT2FN
+
+    assert set(variants.values("norm_type")) <= set(modeling_vanilla.NORM_CLASSES)
+    assert set(variants.values("hidden_act")) <= set(modeling_vanilla.ACTIVATION_CLASSES) | set(ACT2FN)
+
+
 def test_a_row_without_its_class_is_refused_when_the_model_is_built():
     row = variants.Variant("position_embedding_type", "not_written_yet", "a scheme whose class is missing")
     with variants.registered(row), pytest.raises(ValueError, match="no PositionalScheme subclass names it"):
@@ -279,14 +407,14 @@ def test_output_layer_rows_are_refused_only_where_vllm_builds_an_output_layer(en
 # Parallel plans and the support matrix read the same rows
 
 
-@pytest.mark.parametrize("row", variants.VARIANTS, ids=ROW_IDS)
+@pytest.mark.parametrize("row", variants.VARIANTS, ids=row_id)
 def test_the_parallel_plans_do_what_each_row_says(row):
     config = config_for_row(row)
     model = head_model(config)
     assert (config.base_model_pp_plan is None) == bool(row.pipeline_refusal or row.adds_to_embeddings)
     plan = config.base_model_tp_plan
-    scheme = variants.row("position_embedding_type", config.position_embedding_type)
-    assert any(".self_attn." in name for name in plan) == (scheme.tensor_parallel == variants.TP_SPLIT)
+    split = all(used.tensor_parallel == variants.TP_SPLIT for used in rows_of(config))
+    assert any(".self_attn." in name for name in plan) == split
     module_names = {name for name, _ in model.model.named_modules()} | {n for n, _ in model.model.named_parameters()}
     for name, style in row.tensor_parallel_plan:  # the row's own entries name tensors the model has
         entries = [key for key in plan if key.endswith(f"positions.{name}")]
@@ -363,7 +491,7 @@ def assert_same_logits_where_real(got: torch.Tensor, expected: torch.Tensor, inp
     torch.testing.assert_close(got[real], expected[real], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("row", variants.VARIANTS, ids=ROW_IDS)
+@pytest.mark.parametrize("row", variants.VARIANTS, ids=row_id)
 def test_torch_export_carries_each_row_or_fails_as_it_says(row, tmp_path):
     check_row_exports_or_fails_as_declared(row, variants.TORCH_EXPORT, tmp_path)
 
@@ -374,14 +502,14 @@ ONNX_CHECKED = [row for row in variants.VARIANTS
                 if row.export_refusal(variants.ONNX) or (row.attention_bias and row.parameters)]
 
 
-@pytest.mark.parametrize("row", ONNX_CHECKED, ids=lambda row: f"{row.option}={row.value}")
+@pytest.mark.parametrize("row", ONNX_CHECKED, ids=row_id)
 def test_onnx_carries_each_row_or_fails_as_it_says(row, tmp_path):
     check_row_exports_or_fails_as_declared(row, variants.ONNX, tmp_path)
 
 
 @pytest.mark.slow  # about 8 s a row on one core
 @pytest.mark.parametrize("row", [row for row in variants.VARIANTS if row not in ONNX_CHECKED],
-                         ids=lambda row: f"{row.option}={row.value}")
+                         ids=row_id)
 def test_onnx_carries_every_other_row_or_fails_as_it_says(row, tmp_path):
     check_row_exports_or_fails_as_declared(row, variants.ONNX, tmp_path)
 
@@ -406,12 +534,15 @@ def with_row(config: hv.VanillaConfig, row: variants.Variant) -> hv.VanillaConfi
     fields = config.to_dict()
     fields.pop("architectures", None)  # the head class follows the family, which the row may change
     fields["decoder_start_token_id"] = fields.get("decoder_start_token_id") or fields["pad_token_id"] or 0
-    value = row.setting
-    if fields[row.option] != value:
-        for old in (r for r in rows_of(config) if r.option == row.option):
-            for name in old.active_fields:
-                fields.pop(name, None)
-    fields[row.option] = value
+    # an option in effect only under another's value (rope_parameters: RoPE) switches that one to it too
+    switches = {option: allowed[0] for option, allowed in variants.activating_values(row.option).items()
+                if fields[option] not in allowed}
+    for option, value in {**switches, row.option: row.setting}.items():
+        if fields.get(option) != value:
+            for old in (r for r in rows_of(config) if r.option == option):
+                for name in old.active_fields:
+                    fields.pop(name, None)
+        fields[option] = value
     return hv.VanillaConfig.from_dict(fields)
 
 
@@ -443,6 +574,6 @@ def check_target_converts_or_refuses(row: variants.Variant, target: str) -> None
 
 
 @pytest.mark.parametrize("target", variants.TO_HF_TARGETS)
-@pytest.mark.parametrize("row", variants.VARIANTS, ids=ROW_IDS)
+@pytest.mark.parametrize("row", variants.VARIANTS, ids=row_id)
 def test_to_hf_converts_each_row_its_target_carries_and_refuses_the_others(row, target):
     check_target_converts_or_refuses(row, target)

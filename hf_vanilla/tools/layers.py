@@ -55,6 +55,29 @@ LAYERS: dict[str, Layer] = {
 }
 
 
+#: What a new value of a structural option costs, shown by tests that add one the way a contributor would.
+NEW_VALUE_COST = """## What a new norm, activation or positional scheme costs
+
+Every structural option is a row of the table of variants (`hf_vanilla/variants.py`): its value, what it holds,
+and what each engine does with it (vLLM, tensor and pipeline parallelism, torch.export, ONNX, each `to_hf`
+target). Config validation, the parallel plans, the engine refusals, the converter, the support matrix
+(docs/support-matrix.md) and the tests' grids read the table when they run; none keeps a copy of it.
+
+- A new **norm** is one `norm_type` row and one class naming it (`norm_type = "..."`, a `VanillaNorm` subclass
+  with `from_config`); `build_norm` builds whichever class names the config's value.
+- A new **activation** is one `hidden_act` row; one class naming it (`activations = ("...",)`, a `RowActivation`
+  subclass) only where transformers' `ACT2FN` has no such module or it has parameters of its own.
+- A new **positional scheme** is one `position_embedding_type` row and one `PositionalScheme` subclass naming it.
+
+Nothing else changes: no other package file, no test edit. `to_hf` refuses a value no target's row names, in a
+sentence naming the value (a row says which targets carry it), and a value is registered once: a second row or
+class under a taken name is refused, so a shipped class is never replaced. tests/test_variants.py shows it:
+`test_a_norm_and_an_activation_added_as_one_row_and_one_class_each` registers ScaleNorm and Swish-beta (two rows,
+two classes with parameters, inside the test alone) and runs the grids' own checks on them: build, forward, save
+and load, initialisation on the meta device, an engine's build, torch.export, and every `to_hf` target refusing
+them; `test_a_scheme_added_as_one_class_and_one_row` does the same for a KERPLE-log scheme."""
+
+
 def below(layer: str) -> set[str]:
     """The layers ``layer`` may import: those it uses and, transitively, theirs."""
     seen: set[str] = set()
@@ -200,6 +223,7 @@ def page() -> str:
         uses = ", ".join(sorted(below(name), key=list(LAYERS).index)) or "-"
         extra = f"`[{layer.extra}]`" if layer.extra else "base"
         lines.append(f"| {name} | {members} | {uses} | {extra} | {layer.role} |")
+    lines += ["", *NEW_VALUE_COST.splitlines()]
     lines += ["", "## Imports between layers", "", "```mermaid", "graph BT"]
     lines += [f"    {a} --> {b}" for a, b in layer_edges(edges)]
     lines += ["```", "", "## Imports between modules", ""]
