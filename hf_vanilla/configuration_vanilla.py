@@ -35,6 +35,7 @@ from .variants import (
     NON_DEFAULT,
     TP_SPLIT,
     VARIANTS,
+    VLLM_CLASSIFIER_REFUSAL,
     Variant,
     activating_values,
     fields_with_conditions,
@@ -583,8 +584,14 @@ def rows_of(config: "VanillaConfig") -> tuple[Variant, ...]:
 def vllm_refusals(config: "VanillaConfig") -> list[str]:
     """Why vLLM cannot serve this config, one line per option (empty when it can). Output-layer options count
     for a decoder only: vLLM generates with its own output layer, and pools an encoder's hidden states."""
-    return [f"{variant.option}={getattr(config, variant.option)!r}: {variant.vllm_refusal}"
-            for variant in rows_of(config) if variant.vllm_refusal and (config.is_decoder or not variant.output_layer)]
+    used = [variant for variant in rows_of(config) if config.is_decoder or not variant.output_layer]
+    options = {variant.option for variant in used}
+    refusals = [f"{variant.option}={getattr(config, variant.option)!r}: {variant.vllm_refusal}"
+                for variant in used if variant.vllm_refusal]
+    return refusals + [
+        f"{variant.option}={getattr(config, variant.option)!r} with {other}={getattr(config, other)!r}: {why}"
+        for variant in used for other, why in variant.vllm_conflicts if other in options
+    ]
 
 
 #: Where transformers' and hf_vanilla's own attention functions live; a function from elsewhere is an engine's.
@@ -609,6 +616,18 @@ def refuse_engine_options(config: "VanillaConfig", implementation: str | None) -
             f"attn_implementation={implementation!r} is a serving engine's attention (vLLM's): it cannot serve this "
             f"model as configured, and would serve wrong numbers rather than fail. " + " | ".join(refusals) +
             ". Serve it with transformers (generate / pipeline), or train a model without these options "
+            "(docs/support-matrix.md lists what vLLM serves)."
+        )
+
+
+def refuse_engine_classifier(config: "VanillaConfig") -> None:
+    """Before an engine's first label: a sequence classifier's pooling and head run in hf_vanilla's code only."""
+    implementation = config._attn_implementation
+    if VLLM_CLASSIFIER_REFUSAL and is_engine_attention(implementation):  # declared in the table's file: "" serves
+        raise ValueError(
+            f"attn_implementation={implementation!r} is a serving engine's attention (vLLM's): it cannot serve "
+            f"VanillaForSequenceClassification: {VLLM_CLASSIFIER_REFUSAL}. Classify with transformers (the model's "
+            "forward or pipeline('text-classification')), or serve the bare encoder as an embedding model "
             "(docs/support-matrix.md lists what vLLM serves)."
         )
 

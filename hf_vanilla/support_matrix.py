@@ -41,6 +41,18 @@ value is one row in the table (and, for a positional scheme, one class in `posit
 """
 
 
+#: The head classes vLLM's Transformers backend builds for a folder, by the folder's architecture.
+VLLM_HEADS = (
+    ("VanillaForCausalLM", "decoder", "yes: generation (vLLM builds the output layer; the matrix's vLLM column)"),
+    ("VanillaModel", "encoder", "yes: embedding (the first token's final hidden state, `use_activation: False`)"),
+    ("VanillaForSequenceClassification", "encoder, decoder",
+     f"refused when vLLM builds it: {variants.VLLM_CLASSIFIER_REFUSAL}"),
+)
+VLLM_HEADS_INTRO = """vLLM picks its model class by the folder's head. `python scripts/vllm_check.py rows` builds each
+of these for the rows it can show and checks the answer: tokens and logprobs, hidden states, or the refusal.
+"""
+
+
 def _label(row: variants.Variant) -> str:
     value = "≠ default" if row.value == variants.NON_DEFAULT else repr(row.value)
     return f"`{row.option}={value}`" if row.value != variants.NON_DEFAULT else f"`{row.option}` {value}"
@@ -56,7 +68,9 @@ def vllm_cell(row: variants.Variant) -> str:
     where = " (decoders; an encoder pools)" if row.output_layer else ""
     if row.vllm_refusal:
         return f"refused{where}: {row.vllm_refusal}"
-    return f"yes, as `{row.vllm_reads}`" if row.vllm_reads else "yes"
+    served = f"yes, as `{row.vllm_reads}`" if row.vllm_reads else "yes"
+    conflicts = "".join(f"; refused{where} with `{other}` ≠ default: {why}" for other, why in row.vllm_conflicts)
+    return served + conflicts
 
 
 def pipeline_cell(row: variants.Variant) -> str:
@@ -95,10 +109,19 @@ def matrix() -> str:
     return "\n".join(lines)
 
 
+def vllm_heads() -> str:
+    """Which head classes vLLM serves, and as what (a model runs there only if its every value does too)."""
+    lines = ["| head | family | vLLM |", "|---|---|---|"]
+    for head, family, served in VLLM_HEADS:
+        lines.append(f"| `{head}` | {family} | {served} |")
+    return "\n".join(lines)
+
+
 def page() -> str:
     """docs/support-matrix.md."""
     summaries = "\n".join(f"- {_label(row)}: {row.summary}" for row in variants.VARIANTS)
-    return f"{INTRO}\n{matrix()}\n\n## What each value is\n\n{summaries}\n"
+    return (f"{INTRO}\n{matrix()}\n\n## Heads in vLLM\n\n{VLLM_HEADS_INTRO}\n{vllm_heads()}\n\n"
+            f"## What each value is\n\n{summaries}\n")
 
 
 if __name__ == "__main__":
