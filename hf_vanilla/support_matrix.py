@@ -21,9 +21,8 @@ What the columns mean:
   (`attn_implementation=`). Flash attention takes no additive bias, so the schemes that add one are refused there.
 - **vLLM**: serving through vLLM's Transformers backend (docs/deploying.md). vLLM builds its own output layer, so
   output-layer options count for decoders only (an encoder's hidden states are pooled). The model refuses what
-  vLLM would serve wrongly, naming the option. `python scripts/vllm_check.py rows` serves a small decoder for each
-  *yes* row and compares greedy tokens and logprobs with transformers' (vLLM 0.32 CPU, on two machines: every row
-  168/168 tokens, max |Δ logprob| 3.1e-5 and 4.4e-5); the suite checks each refusal without vLLM.
+  vLLM would serve wrongly, naming the option (a value refused only beside another says so after *yes*). The
+  heads vLLM serves, and its last check, are [below the table](#heads-in-vllm).
 - **tensor parallel**: `from_pretrained(..., tp_plan="auto")`; *split heads* shards attention heads across ranks,
   *whole heads* keeps each layer's self-attention whole on every rank (a per-head bias needs all heads).
 - **pipeline parallel**: whether the config offers a `base_model_pp_plan`.
@@ -48,8 +47,12 @@ VLLM_HEADS = (
     ("VanillaForSequenceClassification", "encoder, decoder",
      f"refused when vLLM builds it: {variants.VLLM_CLASSIFIER_REFUSAL}"),
 )
-VLLM_HEADS_INTRO = """vLLM picks its model class by the folder's head. `python scripts/vllm_check.py rows` builds each
-of these for the rows it can show and checks the answer: tokens and logprobs, hidden states, or the refusal.
+VLLM_HEADS_INTRO = """vLLM picks its model class by the folder's head. `python scripts/vllm_check.py rows` builds a small
+model for every row of the table, from the table when it runs: a decoder for each row, an encoder for each positional
+scheme, a classifier of each family, no two alike. Each *yes* is served and compared with transformers (greedy tokens
+and logprobs; an encoder's first-token states), each refusal must come in our words when vLLM builds the model, and,
+with the refusal lifted in a copy, vLLM must fail or serve other numbers: a refusal vLLM no longer needs fails the
+check. The suite checks every cell without vLLM.
 """
 
 
