@@ -897,7 +897,8 @@ def run_rows(args: argparse.Namespace) -> int:
 def rows_table(results: Sequence[RowResult], versions: dict[str, Any], seconds: float) -> str:
     """Markdown: one line per model, then the count."""
     lines = ["| model | table says | seen | result |", "|---|---|---|---|"]
-    lines += [f"| {r.case} | {r.expected} | {r.seen} | {'pass' if r.passed else 'FAIL'} |" for r in results]
+    lines += [f"| {r.case} | {r.expected} | {r.seen.replace('|', chr(92) + '|')} | {'pass' if r.passed else 'FAIL'} |"
+              for r in results]
     passed = sum(result.passed for result in results)
     lines.append(f"\n{passed}/{len(results)} models pass ({len({r.folder for r in results})} distinct folders), "
                  f"vLLM {versions['vllm']} (torch {versions['torch']}, transformers {versions['transformers']}), "
