@@ -19,7 +19,6 @@ from .transformers_releases import is_plan_given_back
 
 # isort: split
 import copy
-import dataclasses
 import importlib
 import inspect
 import math
@@ -36,6 +35,7 @@ from .variants import (
     NON_DEFAULT,
     TP_SPLIT,
     VARIANTS,
+    VLLM_CLASSIFIER_REFUSAL,
     Variant,
     activating_values,
     fields_with_conditions,
@@ -221,8 +221,7 @@ class VanillaConfig(PreTrainedConfig):
     max_position_embeddings: int = 512
     position_offset: int = 0
     sinusoidal_layout: str = "interleaved"
-    # A factory, not a default, leaves no class attribute: a config without RoPE has no rope_parameters at all.
-    rope_parameters: dict | None = dataclasses.field(default_factory=lambda: None)
+    rope_parameters: dict | None = None
     relative_attention_num_buckets: int = 32
     relative_attention_max_distance: int = 128
     norm_position: str = "post"
@@ -297,9 +296,9 @@ class VanillaConfig(PreTrainedConfig):
         check_inactive_options(self, rope_scaling=kwargs.get("rope_scaling"))
         super().__post_init__(**kwargs)
         if not field_is_active("rope_parameters", self):
-            # As GPT-2's config: tools (transformers' common tests among them) take hasattr(config, "rope_parameters")
-            # to mean RoPE; the base class's defaults would only mislead.
-            self.__dict__.pop("rope_parameters", None)
+            # The base class fills in RoPE defaults; without RoPE they would only mislead. The field stays (None), as
+            # every field does: comparing, copying and validating a dataclass read every field.
+            self.rope_parameters = None
         # Checked here as well as by `@strict` so the error is a plain ValueError naming the field.
         self.check_fields()
 
@@ -518,9 +517,8 @@ def inactive_rule(name: str) -> tuple[str, Callable[["VanillaConfig"], bool], An
 
 
 def field_default(name: str) -> Any:
-    """A field's default value, also for a field declared with a factory (``rope_parameters``)."""
-    declared = VanillaConfig.__dataclass_fields__[name]
-    return declared.default_factory() if declared.default is dataclasses.MISSING else declared.default
+    """A field's default value."""
+    return VanillaConfig.__dataclass_fields__[name].default
 
 
 def field_is_active(name: str, config: "VanillaConfig") -> bool:
@@ -540,7 +538,7 @@ def check_inactive_options(
         condition, active, default = inactive_rule(name)
         if active(config):
             continue
-        value = getattr(config, name, default)  # rope_parameters exists only with RoPE (or once a tool assigns it)
+        value = getattr(config, name)
         if name == "rope_parameters":
             value = rope_scaling or value
             ignored = value is not None and value not in _BASE_ROPE_DEFAULTS
@@ -576,8 +574,14 @@ def rows_of(config: "VanillaConfig") -> tuple[Variant, ...]:
 def vllm_refusals(config: "VanillaConfig") -> list[str]:
     """Why vLLM cannot serve this config, one line per option (empty when it can). Output-layer options count
     for a decoder only: vLLM generates with its own output layer, and pools an encoder's hidden states."""
-    return [f"{variant.option}={getattr(config, variant.option)!r}: {variant.vllm_refusal}"
-            for variant in rows_of(config) if variant.vllm_refusal and (config.is_decoder or not variant.output_layer)]
+    used = [variant for variant in rows_of(config) if config.is_decoder or not variant.output_layer]
+    options = {variant.option for variant in used}
+    refusals = [f"{variant.option}={getattr(config, variant.option)!r}: {variant.vllm_refusal}"
+                for variant in used if variant.vllm_refusal]
+    return refusals + [
+        f"{variant.option}={getattr(config, variant.option)!r} with {other}={getattr(config, other)!r}: {why}"
+        for variant in used for other, why in variant.vllm_conflicts if other in options
+    ]
 
 
 #: Where transformers' and hf_vanilla's own attention functions live; a function from elsewhere is an engine's.
@@ -602,6 +606,18 @@ def refuse_engine_options(config: "VanillaConfig", implementation: str | None) -
             f"attn_implementation={implementation!r} is a serving engine's attention (vLLM's): it cannot serve this "
             f"model as configured, and would serve wrong numbers rather than fail. " + " | ".join(refusals) +
             ". Serve it with transformers (generate / pipeline), or train a model without these options "
+            "(docs/support-matrix.md lists what vLLM serves)."
+        )
+
+
+def refuse_engine_classifier(config: "VanillaConfig") -> None:
+    """Before an engine's first label: a sequence classifier's pooling and head run in hf_vanilla's code only."""
+    implementation = config._attn_implementation
+    if VLLM_CLASSIFIER_REFUSAL and is_engine_attention(implementation):  # declared in the table's file: "" serves
+        raise ValueError(
+            f"attn_implementation={implementation!r} is a serving engine's attention (vLLM's): it cannot serve "
+            f"VanillaForSequenceClassification: {VLLM_CLASSIFIER_REFUSAL}. Classify with transformers (the model's "
+            "forward or pipeline('text-classification')), or serve the bare encoder as an embedding model "
             "(docs/support-matrix.md lists what vLLM serves)."
         )
 

@@ -16,6 +16,7 @@ from .configuration_vanilla import (
     auto_map_for,
     check_rope_settings,
     refuse_attention_dropping_bias,
+    refuse_engine_classifier,
     refuse_engine_options,
     scheme_row,
 )
@@ -1293,6 +1294,7 @@ class VanillaForSequenceClassification(VanillaHead):
     does: the decoder takes input_ids shifted right and the label comes from its state at the last EOS."""
 
     def __init__(self, config: VanillaConfig):
+        refuse_engine_classifier(config)  # vLLM builds this class for its own pooler and head: refuse first
         super().__init__(config)
         self.num_labels = config.num_labels
         self.pooler = VanillaPooler(config)

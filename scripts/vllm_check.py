@@ -4,7 +4,7 @@
     python scripts/vllm_check.py check RUN_DIR        # vLLM's greedy tokens and logprobs against transformers'
                                                       # (an encoder: its embeddings, served as a pooling model)
     python scripts/vllm_check.py serve RUN_DIR        # the same through `vllm serve`, over HTTP on 127.0.0.1
-    python scripts/vllm_check.py rows --out DIR       # every row of the table vLLM serves, in a small decoder each
+    python scripts/vllm_check.py rows --out DIR       # every row of the table in a model of its own: served or refused
 
 Timing is ``scripts/vllm_bench.py``, which checks its models with this file's pieces first.
 
@@ -20,9 +20,12 @@ backend (``model_impl="transformers"``), requests one at a time and all in one b
 ``generate()`` and ``log_softmax`` of its forward on the same token ids, one prompt at a time. Prompts are random
 token ids of different lengths (a batch flattens them into one row: positions must come from ``position_ids``).
 
-``rows``: for each row of hf_vanilla's table of variants that vLLM serves (``Variant.served_by_vllm``) and a decoder
-can show, a small decoder with that row's value (RoPE otherwise, as the tests' grid), checked as ``check`` does.
-What vLLM refuses is checked by the suite (tests/test_variants.py), which needs no vLLM.
+``rows``: one small model per row of hf_vanilla's table of variants, built from the table when it runs: a decoder for
+every row, an encoder for each positional scheme, and a sequence classifier of each family. A row's model is the
+default model of its kind (``DECODER``, ``ENCODER``) with the row's value; where the default has that value already,
+the kind's alternate (every option at another value vLLM serves) with it, so no two models are the same. A row vLLM
+serves is checked as ``check`` does; a refused one must be refused in our words when vLLM builds it, and, with the
+refusal lifted in a copy, vLLM must fail or serve other numbers (else the refusal is no longer true of this vLLM).
 """
 
 from __future__ import annotations
@@ -323,6 +326,13 @@ class VllmWorker:
         return {"seconds": time.perf_counter() - start, "vllm": vllm.__version__, "torch": torch.__version__,
                 "transformers": transformers.__version__}
 
+    def versions(self) -> dict[str, Any]:
+        import torch
+        import transformers
+        import vllm
+
+        return {"vllm": vllm.__version__, "torch": torch.__version__, "transformers": transformers.__version__}
+
     def generate(self, name: str, prompts: list[list[int]], max_tokens: int, logprobs: bool = False,
                  together: bool = True, profile: bool = False) -> dict[str, Any]:
         from vllm import SamplingParams
@@ -589,57 +599,311 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------------------------
-# rows: every row of the table vLLM serves, each in a small decoder of its own
+# rows: every row of the table in a model of its own, served or refused as the table says
 
 
-def served_decoder_rows() -> list[Any]:
-    """The rows vLLM serves that a generating decoder can show (the encoder row is ``check``'s embedding case)."""
+@dataclass(frozen=True)
+class Kind:
+    """A kind of model vLLM builds from a folder: its head class, vLLM's runner, and its default fields (the
+    default model of the kind; a row's model changes one option of it)."""
+
+    name: str
+    head: str  # the hf_vanilla class saved (config.json's architectures)
+    runner: str  # vLLM's: "generate" or "pooling"
+    base: dict[str, Any]
+
+
+#: The models ``rows`` builds: small, so some thirty of them check in reasonable time on a 2-core CPU (head_dim 32).
+ROWS_SHAPE = Shape(vocab=1024, hidden=128, layers=2, heads=4, kv_heads=2, ffn=256, max_positions=128)
+
+#: Every parameter of a row's model moved by this much noise after its init: zero biases and unit norm weights
+#: would hide a fault that drops or scales them (a bias scaled by logit_scale is still zero).
+PERTURBATION = 0.05
+
+#: The default decoder (Llama-shaped apart from the table's defaults) and the default encoder (BERT-shaped).
+DECODER = Kind("decoder", "VanillaForCausalLM", "generate",
+               dict(architecture="decoder", position_embedding_type="rope", norm_position="pre"))
+ENCODER = Kind("encoder", "VanillaModel", "pooling",
+               dict(architecture="encoder", position_embedding_type="learned", norm_position="post",
+                    hidden_act="gelu", type_vocab_size=2))
+CLASSIFIERS = tuple(Kind(f"{kind.name} classifier", "VanillaForSequenceClassification", "pooling",
+                         {**kind.base, "num_labels": 3}) for kind in (DECODER, ENCODER))
+
+
+@dataclass(frozen=True)
+class Case:
+    """One model ``rows`` builds: a row of the table (None for a classifier) shown in a model of one kind.
+    ``default`` is the model it is built from, which differs from it in the row's option."""
+
+    name: str
+    kind: Kind
+    row: Any
+    fields: dict[str, Any]
+    default: dict[str, Any]
+
+    @property
+    def head(self) -> str:
+        """The class saved: the kind's, or the encoder-decoder's generating head for that architecture's row."""
+        return "VanillaForSeq2SeqLM" if self.fields["architecture"] == "encoder-decoder" else self.kind.head
+
+
+def shows(kind: Kind, row: Any) -> bool:
+    """Which rows a kind shows: a decoder every row but the encoder's architecture; an encoder its architecture
+    and the positional schemes (output-layer options are pooled away, the rest act as in a decoder)."""
+    if row.option == "architecture":
+        return row.value != "encoder" if kind is DECODER else row.value == "encoder"
+    return kind is DECODER or row.option == "position_embedding_type"
+
+
+def default_fields(kind: Kind) -> dict[str, Any]:
+    """Every option of the table at the kind's value (the config's default where the kind sets none)."""
+    from hf_vanilla import VanillaConfig, variants
+
+    defaults = VanillaConfig.__dataclass_fields__
+    return {option: kind.base.get(option, defaults[option].default) for option in variants.options()}
+
+
+def alternate(kind: Kind) -> dict[str, Any]:
+    """The kind's other default: each option at its first other value that vLLM serves alongside the rest, so a
+    row whose value is the kind's default is shown in a model that differs from the default model."""
+    from hf_vanilla import VanillaConfig, variants
+    from hf_vanilla.configuration_vanilla import vllm_refusals
+
+    fields = default_fields(kind)
+    for option in variants.options():
+        if option == "architecture" or variants.values(option) == (variants.NON_DEFAULT,):
+            continue
+        for value in (row.setting for row in variants.rows(option) if row.setting != fields[option]):
+            trial = {**kind.base, **fields, option: value}
+            if not vllm_refusals(VanillaConfig(**trial)):
+                fields[option] = value
+                break
+    return {**kind.base, **fields}
+
+
+def cases() -> list[Case]:
+    """One model per row of the table (each kind that shows it), and one classifier per family."""
     from hf_vanilla import variants
 
-    return [row for row in variants.VARIANTS if row.served_by_vllm and (row.option, row.setting) != ("architecture",
-                                                                                                       "encoder")]
+    built = []
+    for kind in (DECODER, ENCODER):
+        base, other = {**kind.base, **default_fields(kind)}, alternate(kind)
+        for row in (row for row in variants.VARIANTS if shows(kind, row)):
+            if row.option == "architecture":  # the kind's default model, contrasted with the other kind's
+                fields = base if row.value == kind.base["architecture"] else {**base, "architecture": row.value}
+                default = {**base, "architecture": "encoder" if row.value != "encoder" else "decoder"}
+            elif base[row.option] != row.setting:
+                fields, default = {**base, row.option: row.setting}, base
+            else:  # the default model has this value already: show it in the alternate, which has another
+                fields = {**other, row.option: row.setting}
+                default = {**other, row.option: next(r.setting for r in variants.rows(row.option)
+                                                     if r.setting != row.setting)}
+            built.append(Case(f"{kind.name}: {row.option}={row.setting!r}", kind, row, fields, default))
+            for beside, _ in row.vllm_conflicts:  # a value vLLM serves alone, refused beside another option's
+                setting = next(r.setting for r in variants.rows(beside) if r.setting != base[beside])
+                built.append(Case(f"{built[-1].name} with {beside}={setting!r}", kind, row,
+                                  {**fields, beside: setting}, {**default, beside: setting}))
+    for kind in CLASSIFIERS:
+        fields = {**default_fields(kind), **kind.base}
+        built.append(Case(kind.name, kind, None, fields, fields))
+    return built
 
 
-def build_row_decoder(row: Any, folder: Path, shape: Shape, seed: int = 0) -> Path:
-    """A decoder of ``shape`` with ``row``'s value (RoPE unless the row is a positional scheme), saved with its code."""
+def build_case(case: Case, folder: Path, shape: Shape, seed: int = 0) -> Path:
+    """The case's model at ``shape``, random weights, saved with its code (and, for vLLM's pooling front end, a
+    tokenizer over the whole vocabulary)."""
     import torch
 
-    from hf_vanilla import VanillaConfig, VanillaForCausalLM, register
+    import hf_vanilla
+    from hf_vanilla import VanillaConfig, register
 
     register()  # save_pretrained then copies the model files and writes auto_map
     torch.manual_seed(seed)
-    fields = dict(architecture="decoder", position_embedding_type="rope", vocab_size=shape.vocab,
-                  hidden_size=shape.hidden, intermediate_size=shape.ffn, num_hidden_layers=2,
-                  num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
-                  max_position_embeddings=shape.max_positions, initializer_range=shape.init_std, pad_token_id=0,
-                  bos_token_id=1, eos_token_id=2)
-    fields[row.option] = row.setting
-    path = folder / f"{row.option}={row.setting}"
-    VanillaForCausalLM(VanillaConfig(**fields)).eval().save_pretrained(path)
+    config = VanillaConfig(**{**dict(
+        vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.ffn, num_hidden_layers=2,
+        num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads, max_position_embeddings=shape.max_positions,
+        initializer_range=shape.init_std, pad_token_id=0, bos_token_id=1, eos_token_id=2), **case.fields})
+    path = folder / case.name.replace(": ", "-").replace(" ", "-").replace("'", "")
+    model = getattr(hf_vanilla, case.head)(config).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(PERTURBATION * torch.randn_like(parameter))
+    model.save_pretrained(path)
+    if case.kind.runner == "pooling":
+        save_word_tokenizer(path, shape.vocab)
     return path
+
+
+def save_word_tokenizer(folder: Path, vocab: int) -> None:
+    """A word-level tokenizer with one word per id, so every token id the check sends is in its vocabulary."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = {"<pad>": 0, "<s>": 1, "</s>": 2} | {f"w{i}": i for i in range(3, vocab)}
+    tokenizer = Tokenizer(models.WordLevel(words, unk_token="<pad>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
+                            unk_token="<pad>").save_pretrained(folder)
+
+
+#: The name vLLM registers its attention function under (vllm/model_executor/models/transformers/).
+VLLM_ATTENTION = "vllm"
+
+
+def expected_refusal(case: Case, folder: Path, implementation: str = VLLM_ATTENTION) -> str:
+    """Our words, as the model raises them first when an engine builds it ("" when the table says vLLM serves it):
+    a bias scheme's refusal as the engine names its attention (the config refuses it then, before any module),
+    else the table's refusals as the bare model or the classifier raises them."""
+    from hf_vanilla import variants
+    from hf_vanilla.configuration_vanilla import VanillaConfig, bias_refusal, scheme_row, vllm_refusals
+
+    config = VanillaConfig.from_dict(read_config(folder))
+    if scheme_row(config).attention_bias:
+        return bias_refusal(config.position_embedding_type, implementation)
+    if case.row is None:
+        return variants.VLLM_CLASSIFIER_REFUSAL
+    return " | ".join(vllm_refusals(config))
+
+
+#: Appended to a copy's variants.py: the table and the classifier without their vLLM refusals, to see what vLLM
+#: does without them (each refusal's reason must hold: vLLM fails, or serves other numbers).
+LIFT = """
+# vllm_check.py rows: this copy's refusals lifted
+VARIANTS[:] = [__import__("dataclasses").replace(v, vllm_refusal="", vllm_conflicts=()) for v in VARIANTS]
+VLLM_CLASSIFIER_REFUSAL = ""
+"""
+
+
+def lifted_copy(folder: Path) -> Path:
+    import shutil
+
+    copy = folder.with_name(folder.name + "-lifted")
+    shutil.copytree(folder, copy, dirs_exist_ok=True)
+    with open(copy / "variants.py", "a") as file:
+        file.write(LIFT)
+    return copy
+
+
+@dataclass
+class RowResult:
+    """What ``rows`` saw for one case."""
+
+    case: str
+    folder: str
+    expected: str  # "served" or "refused"
+    seen: str = ""  # a line: the agreement, or the refusal and what vLLM does without it
+    passed: bool = False
+
+
+def load_case(worker: Worker, name: str, folder: Path, case: Case, args: argparse.Namespace) -> dict[str, Any]:
+    return worker.call("load", name=name, folder=str(folder), impl="transformers",
+                       max_model_len=model_len(read_config(folder)), kv_cache_bytes=args.kv_cache_mib << 20,
+                       enforce_eager=args.eager, runner=case.kind.runner)
+
+
+def check_served(worker: Worker, name: str, folder: Path, case: Case, args: argparse.Namespace) -> tuple[bool, str]:
+    """Tokens and logprobs (a decoder) or first-token states (an encoder) against transformers'."""
+    if case.kind.runner == "generate":
+        result = check_engine(worker, name, folder, reference_for(folder, args.new_tokens), args.atol, log)
+        parts = [f"{a.tokens_equal}/{a.new_tokens} tokens, max |Δ logprob| "
+                 f"{max(a.max_prompt_logprob_diff, a.max_logprob_diff):.1e}" for a in (result.single, result.batched)]
+    else:
+        result = check_embedding_engine(worker, name, folder, args.atol, log)
+        parts = [f"{a.requests} requests, max |Δ state| {a.max_abs_diff:.1e}" for a in (result.single, result.batched)]
+    return result.passed, f"one at a time {parts[0]}; one batch {parts[1]}"
+
+
+def refused_before_serving(worker: Worker, name: str, folder: Path, case: Case, args: argparse.Namespace,
+                           words: str) -> tuple[bool, str]:
+    """vLLM's load must fail with our words (the model refuses as vLLM builds it, before any token)."""
+    start = worker.log_path.stat().st_size
+    try:
+        load_case(worker, name, folder, case, args)
+    except RuntimeError as error:
+        with open(worker.log_path, errors="replace") as file:
+            file.seek(start)
+            seen = str(error) + file.read()
+        return (words in seen, "refused in our words" if words in seen else
+                f"load failed without our words: {str(error).splitlines()[0]}")
+    worker.call("close", name=name)
+    return False, "vLLM loaded it: the model did not refuse"
+
+
+def without_refusal(worker: Worker, name: str, folder: Path, case: Case, args: argparse.Namespace) -> tuple[bool, str]:
+    """The refusal lifted in a copy: its reason holds if vLLM then fails or serves other numbers."""
+    copy = lifted_copy(folder)
+    try:
+        load_case(worker, name, copy, case, args)
+    except RuntimeError as error:
+        cause = next((line for line in reversed(_tail(worker.log_path, 200).splitlines())
+                      if "Error" in line and "Engine core initialization failed" not in line), str(error))
+        if "has no `position_bias` parameter" in cause:  # the model's rule, decided by vLLM's own function
+            return True, "lifted: still refused for the bias: vLLM's attention function has no position_bias"
+        if "serving engine's attention" in cause:  # our own refusal: the copy did not lift it
+            return False, f"lifted: still refused by the model, so the reason is untested ({cause.strip()[:160]})"
+        return True, f"lifted: vLLM fails ({cause.strip()[:200]})"
+    try:
+        if case.row is None or case.row.option == "architecture":
+            return False, "lifted: vLLM loaded it; nothing here to compare it with: check the reason by hand"
+        exact, seen = check_served(worker, name, copy, case, args)
+    finally:
+        worker.call("close", name=name)
+    return not exact, f"lifted: {'EXACT: the refusal is not needed' if exact else 'wrong'} ({seen})"
+
+
+def run_case(worker: Worker, case: Case, folder: Path, args: argparse.Namespace) -> RowResult:
+    words = expected_refusal(case, folder)
+    result = RowResult(case.name, str(folder), "refused" if words else "served")
+    if not words:
+        if refusal(read_config(folder)):
+            result.seen = f"the script refuses it: {refusal(read_config(folder))}"
+            return result
+        load_case(worker, case.name, folder, case, args)
+        try:
+            result.passed, result.seen = check_served(worker, case.name, folder, case, args)
+        finally:
+            worker.call("close", name=case.name)
+    else:
+        refused, seen = refused_before_serving(worker, case.name, folder, case, args, words)
+        holds, lifted = without_refusal(worker, case.name, folder, case, args)
+        result.passed, result.seen = refused and holds, f"{seen}; {lifted}"
+    log(f"{case.name}: {'pass' if result.passed else 'FAIL'}: {result.seen}")
+    return result
 
 
 def run_rows(args: argparse.Namespace) -> int:
     out = Path(args.out or tempfile.mkdtemp(prefix="vllm-rows-"))
     out.mkdir(parents=True, exist_ok=True)
     set_threads(args.threads)
-    folders = {f"{row.option}={row.setting!r}": build_row_decoder(row, out / "models", Shape())
-               for row in served_decoder_rows()}
+    chosen = [case for case in cases() if not args.only or any(part in case.name for part in args.only)]
+    folders = {case.name: build_case(case, out / "models", ROWS_SHAPE) for case in chosen}
     worker = Worker(ensure_venv(Path(args.venv), log), args.threads, out / "worker.log")
-    results = []
+    start, results = time.perf_counter(), []
     try:
-        for name, folder in folders.items():
-            config = check_servable(folder)
-            worker.call("load", name=name, folder=str(folder), impl="transformers", max_model_len=model_len(config),
-                        kv_cache_bytes=args.kv_cache_mib << 20, enforce_eager=args.eager, runner="generate")
-            log(f"{name}: loaded {folder}")
-            results.append(check_engine(worker, name, folder, reference_for(folder, args.new_tokens), args.atol, log))
-            worker.call("close", name=name)
+        loaded = worker.call("versions")
+        for case in chosen:
+            try:
+                results.append(run_case(worker, case, folders[case.name], args))
+            except RuntimeError as error:  # one case's failure is its row's result; the others still run
+                results.append(RowResult(case.name, str(folders[case.name]), "?", str(error).splitlines()[0]))
+                log(f"{case.name}: FAIL: {results[-1].seen}")
     finally:
         worker.close()
-    write_json(out / "rows.json", {"rows": [check_json(result) for result in results]})
-    print(check_table(results))
+    write_json(out / "rows.json", {"versions": loaded, "rows": [asdict(result) for result in results]})
+    print(rows_table(results, loaded, time.perf_counter() - start))
     return 0 if all(result.passed for result in results) else 1
+
+
+def rows_table(results: Sequence[RowResult], versions: dict[str, Any], seconds: float) -> str:
+    """Markdown: one line per model, then the count."""
+    lines = ["| model | table says | seen | result |", "|---|---|---|---|"]
+    lines += [f"| {r.case} | {r.expected} | {r.seen.replace('|', chr(92) + '|')} | {'pass' if r.passed else 'FAIL'} |"
+              for r in results]
+    passed = sum(result.passed for result in results)
+    lines.append(f"\n{passed}/{len(results)} models pass ({len({r.folder for r in results})} distinct folders), "
+                 f"vLLM {versions['vllm']} (torch {versions['torch']}, transformers {versions['transformers']}), "
+                 f"{seconds / 60:.0f} min")
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -811,8 +1075,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     check.add_argument("folder", help="a folder a run saved its model in (config.json, weights, model files)")
     check.set_defaults(func=run_check)
 
-    rows = commands.add_parser("rows", parents=[common], help="every row of the table of variants vLLM serves, "
-                               "each in a small decoder, checked as `check` does")
+    rows = commands.add_parser("rows", parents=[common], help="every row of the table of variants in a model of "
+                               "its own (decoders, encoders, classifiers): served rows checked as `check` does, "
+                               "refused ones for our refusal and for what vLLM does without it")
+    rows.add_argument("--only", nargs="+", metavar="TEXT", help="only the models whose name contains one of these")
     rows.set_defaults(func=run_rows)
 
     serve = commands.add_parser("serve", parents=[common], help="the same check through `vllm serve` (its "

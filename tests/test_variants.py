@@ -152,12 +152,33 @@ def test_vllm_serves_each_row_or_the_model_refuses_it_in_our_words(row, engine):
 
 
 def test_the_refusal_names_each_option_vllm_cannot_carry_and_where_to_look(engine):
-    config = config_for_row(variants.row("lm_head_transform", True), lm_head_bias=True)
+    config = config_for_row(variants.row("lm_head_transform", True), lm_head_bias=True, lm_head_scale=0.5)
     with pytest.raises(ValueError) as refused:
         build_as_vllm_does(config, engine)
     message = str(refused.value)
-    assert "lm_head_transform=True" in message and "lm_head_bias=True" in message
+    assert "lm_head_transform=True" in message and "lm_head_bias=True with lm_head_scale=0.5" in message
     assert "vLLM builds its own output layer" in message and "support-matrix" in message
+    assert "the output bias included" in message
+
+
+def test_an_output_bias_serves_alone_and_is_refused_beside_a_logit_scale(engine):
+    """vLLM 0.32 loads the output bias, then multiplies the whole logits by logit_scale: the bias too."""
+    build_as_vllm_does(config_for_row(variants.row("lm_head_bias", True)), engine)
+    with pytest.raises(ValueError, match=r"lm_head_bias=True with lm_head_scale=0\.5: vLLM multiplies its logits"):
+        build_as_vllm_does(config_for_row(variants.row("lm_head_bias", True), lm_head_scale=0.5), engine)
+    build_as_vllm_does(config_for_row(variants.row("lm_head_bias", True), lm_head_scale=0.5, architecture="encoder"),
+                       engine)  # an encoder's hidden states are pooled: no output layer in vLLM
+
+
+@pytest.mark.parametrize("family", ["encoder", "decoder"])
+def test_a_sequence_classifier_is_refused_in_our_words_when_an_engine_builds_it(family, engine):
+    """vLLM builds VanillaForSequenceClassification to take its head, then pools and classifies its own way."""
+    config = config_for_row(variants.row("architecture", family), num_labels=3)
+    config._attn_implementation = engine
+    with pytest.raises(ValueError, match="cannot serve VanillaForSequenceClassification") as refused:
+        hv.VanillaForSequenceClassification(config)
+    assert variants.VLLM_CLASSIFIER_REFUSAL in str(refused.value)
+    hv.VanillaForSequenceClassification(config_for_row(variants.row("architecture", family), num_labels=3))
 
 
 def test_transformers_own_attention_functions_are_not_taken_for_an_engine():

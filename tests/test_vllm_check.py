@@ -318,13 +318,111 @@ def test_arguments():
         vllm_check.parse_args(["bench"])
 
 
-def test_rows_builds_a_servable_decoder_for_every_row_vllm_serves(tmp_path):
-    """`rows` checks each row the table says vLLM serves: every such row but the encoder (`check`'s embedding case)
-    gets a decoder with that value, which `check` accepts; a row vLLM refuses is not among them."""
-    rows = vllm_check.served_decoder_rows()
-    served = {(row.option, row.value) for row in variants.VARIANTS if row.served_by_vllm}
-    assert {(row.option, row.value) for row in rows} == served - {("architecture", "encoder")}
-    assert variants.row("position_embedding_type", "alibi") not in rows
-    for row in rows:
-        config = vllm_check.check_servable(vllm_check.build_row_decoder(row, tmp_path, TINY))
-        assert config[row.option] == row.setting and config["architecture"] == "decoder", row
+# ----------------------------------------------------------------------------------------------
+# rows: one model per row, built from the table
+
+
+def folder_digest(folder: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(b"".join((folder / name).read_bytes() for name in ("config.json", "model.safetensors")))\
+        .hexdigest()
+
+
+@pytest.fixture(scope="module")
+def row_models(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("rows")
+    return {case.name: (case, vllm_check.build_case(case, folder, TINY)) for case in vllm_check.cases()}
+
+
+def test_rows_builds_every_row_of_the_table_and_a_classifier_of_each_family():
+    cases = vllm_check.cases()
+    shown = {(case.row.option, case.row.value) for case in cases if case.row is not None}
+    assert shown == {(row.option, row.value) for row in variants.VARIANTS}
+    encoders = {case.row.setting for case in cases if case.kind is vllm_check.ENCODER
+                and case.row.option == "position_embedding_type"}
+    assert encoders == set(variants.values("position_embedding_type"))  # learned (BERT's), sinusoidal, none, RoPE...
+    assert {case.fields["architecture"] for case in cases if case.row is None} == {"encoder", "decoder"}
+
+
+def test_each_row_s_model_differs_from_its_default_in_the_row_s_option_and_there_only():
+    for case in (case for case in vllm_check.cases() if case.row is not None):
+        option = case.row.option
+        assert case.fields[option] == case.row.setting != case.default[option], case.name
+        if option != "architecture":  # an architecture row's default is the other kind's default model
+            assert {k for k in case.fields if case.fields[k] != case.default.get(k)} == {option}, case.name
+
+
+def test_every_row_s_saved_model_is_its_own_and_carries_the_row_s_value(row_models):
+    """No two folders alike (the checker once certified seven copies of its default model as seven rows)."""
+    digests = {name: folder_digest(folder) for name, (_, folder) in row_models.items()}
+    assert len(set(digests.values())) == len(digests), [n for n in digests if list(digests.values()).count(digests[n]) > 1]
+    for case, folder in row_models.values():
+        config = json.loads((folder / "config.json").read_text())
+        assert config["architectures"] == [case.head], case.name
+        if case.row is not None:
+            assert config[case.row.option] == case.row.setting, case.name
+        if case.kind.runner == "pooling":
+            assert (folder / "tokenizer.json").is_file(), case.name
+
+
+def test_rows_expects_the_refusal_the_table_declares_and_service_otherwise(row_models):
+    for case, folder in row_models.values():
+        words = vllm_check.expected_refusal(case, folder)
+        if case.row is not None and case.row.attention_bias:  # refused as vLLM names its attention, before any module
+            assert "attn_implementation='vllm' cannot be used with" in words, case.name
+        elif case.row is None:
+            assert words == variants.VLLM_CLASSIFIER_REFUSAL
+        elif not case.row.served_by_vllm and (case.kind is vllm_check.DECODER or not case.row.output_layer):
+            assert f"{case.row.option}={case.row.setting!r}: {case.row.vllm_refusal}" in words, case.name
+        elif " with " in case.name:  # a combination the table refuses (lm_head_bias beside lm_head_scale)
+            assert " with " in words and dict(case.row.vllm_conflicts)[case.name.split(" with ")[1].split("=")[0]] \
+                in words, case.name
+        else:
+            assert words == "" and vllm_check.refusal(json.loads((folder / "config.json").read_text())) is None, \
+                case.name
+
+
+ENGINE_BUILD = """
+import json, sys
+from transformers import AttentionInterface, AutoConfig, AutoModel, AutoModelForSequenceClassification
+import torch
+
+def engine_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):  # not transformers' own
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, scale=scaling)
+    return out.transpose(1, 2), None
+
+AttentionInterface.register("engine_like", engine_attention)
+seen = {}
+for folder in sys.argv[1:]:
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+    auto = AutoModelForSequenceClassification if config.architectures[0].endswith("Classification") else AutoModel
+    try:
+        config._attn_implementation = "engine_like"  # as vLLM does before it builds the model
+        auto.from_config(config, trust_remote_code=True)
+        seen[folder] = "built"
+    except ValueError as error:
+        seen[folder] = str(error)
+print(json.dumps(seen))
+"""
+
+
+def test_a_lifted_copy_builds_where_the_folder_refuses(row_models, tmp_path):
+    """What `rows` serves to see each refusal's reason hold: the same model with the refusals lifted in its copy
+    of the table, built as an engine builds it, in a Python without hf_vanilla (as vLLM's)."""
+    from tests.factories import run_without_package
+
+    names = ["encoder classifier", "decoder: position_embedding_type='alibi'",
+             "decoder: lm_head_bias=True with lm_head_scale=0.5"]
+    folders = [str(row_models[name][1]) for name in names]
+    lifted = [str(vllm_check.lifted_copy(Path(folder))) for folder in folders]
+    script = ENGINE_BUILD.replace("sys.argv[1:]", repr(folders + lifted))
+    ran = run_without_package(script, tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    seen = json.loads(ran.stdout.strip().splitlines()[-1])
+    for name, folder, copy in zip(names, folders, lifted, strict=True):
+        assert vllm_check.expected_refusal(row_models[name][0], Path(folder), "engine_like") in seen[folder], name
+        if "alibi" in name:  # the bias stays refused: decided by the engine's function, which takes no position_bias
+            assert "has no `position_bias` parameter" in seen[copy]
+        else:
+            assert seen[copy] == "built", (name, seen[copy])
