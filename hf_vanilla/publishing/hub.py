@@ -26,7 +26,6 @@ import logging
 import math
 import os
 import re
-import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ from huggingface_hub.utils import get_session
 
 from ..checkpoint import PICKLE_SUFFIXES, TOKENIZER_FILES, code_files, loading_files, shipped_auto_map
 from ..configuration_vanilla import AUTO_CLASSES, VanillaConfig
+from ..errors import HfVanillaError, refuse, sentence
 from ..files.atomic import is_model_file, is_weight_file
 from ..files.output_folder import OutputFolder
 from .card import build_model_card, build_saved_model_card
@@ -164,6 +164,8 @@ def model_card_text(
 
     folder = Path(run_dir)
     readme = folder / "README.md"
+    # The card is built from the run files: one that is a link out of the folder is not this run's (and not published).
+    _refuse_links_out(folder, [folder / name for name in ("run.json", "metrics.json", CARD_FILE)])
     existing = readme.read_text(encoding="utf-8") if readme.is_file() else None
     if rebuild_card is False and existing is None:
         raise FileNotFoundError(f"{readme} does not exist: there is no card to keep (rebuild it instead)")
@@ -177,7 +179,13 @@ def model_card_text(
     public = {"model_id": repo_id, "public": True, "samples": publish_samples}
     if rebuild_card is not False and has_run_files:
         if rebuild_card:
-            text = str(build_model_card(folder, **public))
+            try:
+                text = str(build_model_card(folder, **public))
+            except (KeyError, TypeError, AttributeError) as error:  # run.json/metrics.json edited or not a run's
+                raise ValueError(
+                    f"cannot rebuild the model card: {folder}'s run.json or metrics.json is not one hf_vanilla "
+                    f"wrote ({sentence(error)}); restore them from the run, or push with --keep-card"
+                ) from error
         else:
             try:  # only the run's own, unedited card is replaced: hand edits are never thrown away
                 if existing is None or existing == str(build_model_card(folder, saved_at=_saved_at(existing))):
@@ -493,7 +501,7 @@ def run_cli(args: argparse.Namespace) -> int:
             publish_samples=args.publish_samples,
             timeout=args.timeout,
         )
-    except (ValueError, OSError, RuntimeError) as error:  # refused token, missing files, Hub or upload errors
+    except (HfVanillaError, ValueError, OSError, RuntimeError) as error:  # refused token, missing files, Hub or upload errors
         cause = (
             f" ({error.__cause__})"
             if error.__cause__ is not None and not isinstance(error, PermissionError | TimeoutError)
@@ -501,8 +509,7 @@ def run_cli(args: argparse.Namespace) -> int:
         )
         # huggingface_hub raises RuntimeError when an upload fails; the commit was never made.
         retry = " Nothing was committed; run the push again." if isinstance(error, RuntimeError) else ""
-        print(f"hf-vanilla push: {error}{cause}{retry}", file=sys.stderr)
-        return 1
+        return refuse("push", f"{error}{cause}{retry}")
     print(push_summary(result, args.run_dir, args.revision, args.commit_message))
     if result.skipped:
         print(f"left local (not needed to load; --include NAME to upload): {', '.join(result.skipped)}")

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..errors import HfVanillaError, refuse
 from ..tasks import TASKS
 from .options import TrainOptions, check_ranges
 
@@ -146,7 +147,7 @@ def resume_command(program: str, argv: Sequence[str]) -> str:
 
 
 def run_command(argv: list[str], before_run: Callable[[], None] | None = None) -> int:
-    """``hf-vanilla train ARGS``: exit status 0 when done, 1 on a clear error, 130 after Ctrl-C.
+    """``hf-vanilla train ARGS``: exit status 0 when done, 2 on a clear error (one sentence), 130 after Ctrl-C.
     ``before_run`` runs once the arguments parsed (the ``hf-vanilla`` command registers the Auto classes)."""
     where, options = parse(argv)
     if before_run is not None:
@@ -163,10 +164,9 @@ def run_command(argv: list[str], before_run: Callable[[], None] | None = None) -
     except TrainingInterruptedError as stop:
         print(f"hf-vanilla train: {stop}", file=sys.stderr)
         return 130
-    except (CorpusUnavailableError, TrainingDivergedError, RunDirectoryBusyError, FileExistsError,
-            FileNotFoundError, ValueError, OSError) as error:
-        print(f"hf-vanilla train: {error}", file=sys.stderr)
-        return 1
+    except (HfVanillaError, CorpusUnavailableError, TrainingDivergedError, RunDirectoryBusyError, ValueError,
+            OSError) as error:
+        return refuse("train", error)
     from accelerate import PartialState
 
     from .outputs import stop_line

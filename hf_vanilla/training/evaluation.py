@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import transformers
 from .. import register
 from ..checkpoint import load_complete
 from ..corpora import CorpusUnavailableError
+from ..errors import HfVanillaError, refuse
 from ..tasks import Evaluation, get_task
 from .options import make_options
 from .run import has_accelerator, make_trainer, training_arguments
@@ -54,9 +54,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     """``hf-vanilla evaluate RUN`` (its arguments: :mod:`hf_vanilla.commands`): the metrics and baseline as JSON."""
     try:
         evaluation = evaluate_run(args.run_dir, args.batch_size)
-    except (CorpusUnavailableError, ValueError, OSError, KeyError) as error:
-        print(f"hf-vanilla evaluate: {error}", file=sys.stderr)
-        return 1
+    except (HfVanillaError, CorpusUnavailableError, ValueError, OSError, KeyError) as error:
+        return refuse("evaluate", error)
     print(json.dumps(_summary(evaluation), indent=1))
     return 0
 

@@ -197,7 +197,7 @@ def test_a_hub_that_never_answers_times_out_clearly_and_the_push_run_again_start
     assert get_session().timeout == before  # the client's own setting is back for everything else
 
     for bad in ("0", "-1", "nan", "inf"):
-        assert cli.main([*push[:-1], bad]) == 1 and f"must be a positive number of seconds, got {float(bad)}" in (
+        assert cli.main([*push[:-1], bad]) == 2 and f"must be a positive number of seconds, got {float(bad)}" in (
             capsys.readouterr().err
         )
 
