@@ -57,10 +57,93 @@ def test_push_rebuild_card_with_metrics_json_a_link_out_of_the_run_is_refused(tr
     elsewhere.write_text(json.dumps({"unrelated": 1}))
     (run / "metrics.json").unlink()
     (run / "metrics.json").symlink_to(elsewhere)
-    refused(capsys, ["push", str(run), "user/x", "--rebuild-card"], "metrics.json", "leave")
+    refused(capsys, ["push", str(run), "user/x", "--rebuild-card"], "metrics.json", "links out of the folder")
 
 
 def test_push_rebuild_card_with_a_metrics_json_edited_out_of_shape_is_refused(trained_run, tmp_path, capsys):
     run = copy_run(trained_run, tmp_path / "run")
     (run / "metrics.json").write_text(json.dumps({"unrelated": 1}))
     refused(capsys, ["push", str(run), "user/x", "--rebuild-card"], "metrics.json", "--keep-card")
+
+
+# ----------------------------------------------------------------------------------------------
+# Secrets in what a push publishes (built here, so this file holds no credential-shaped string itself)
+
+SECRETS = {
+    "hub": "hf_" + "Ab3dEf6hIj9" * 3 + "Xy",
+    "aws": "AKIA" + "QWERTYUIOP234567",
+    "github": "ghp_" + "a1B2c3D4e5F6" * 3,
+    "github_pat": "github_pat_" + "11ABCDEFG0123456789_abcdefghij",
+    "openai": "sk-proj-" + "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Jh1Gf0Ed",
+    "google": "AIza" + "SyA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6q",
+    "slack": "xoxb-" + "123456789012-abcdefABCDEF",
+    "private key": "-----BEGIN OPENSSH " + "PRIVATE KEY-----\nb3BlbnNzaC1rZXk=\n-----END OPENSSH PRIVATE KEY-----",
+}
+
+
+def with_secret(folder: Path, name: str, secret: str) -> int:
+    """Put ``secret`` into ``folder/name`` where a user would paste it; the line it lands on."""
+    path = folder / name
+    if name.endswith(".json"):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if name == "tokenizer.json":  # the tokenizers library reads no field it does not know: a word of its vocab
+            data["model"]["vocab"][secret] = len(data["model"]["vocab"])
+        else:
+            data["notes"] = f"pushed with {secret}"
+        text = json.dumps(data, indent=2)
+        path.write_text(text, encoding="utf-8")
+        return next(i for i, line in enumerate(text.splitlines(), 1) if secret in line)
+    text = "---\nlicense: mit\n---\n# tiny\n\nload it with token\n" if name == "README.md" else "{{ messages }}\n"
+    path.write_text(text + secret + "\n", encoding="utf-8")
+    return text.count("\n") + 1
+
+
+@pytest.mark.parametrize(("name", "kind"), [
+    ("README.md", "hub"), ("README.md", "private key"), ("config.json", "aws"), ("tokenizer_config.json", "github"),
+    ("tokenizer.json", "github_pat"), ("chat_template.jinja", "openai"), ("README.md", "google"),
+    ("generation_config.json", "slack"),
+])  # fmt: skip
+def test_push_refuses_a_credential_in_any_published_text_file_without_printing_it(tmp_path, capsys, name, kind):
+    from hf_vanilla.publishing.hub import push_run
+    from hf_vanilla.publishing.secrets import SecretInUploadError
+    from tests.hub_fixtures import FakeHfApi
+
+    folder = saved_decoder(tmp_path / "model")
+    line = with_secret(folder, name, SECRETS[kind])
+    said = refused(capsys, ["push", str(folder), "user/tiny"], f"{name} line {line}", "credential")
+    assert SECRETS[kind].splitlines()[0] not in said and SECRETS[kind][4:20] not in said
+    api = FakeHfApi()
+    with pytest.raises(SecretInUploadError):
+        push_run(folder, "user/tiny", api=api)
+    assert api.repos == {}  # refused before the first request: no repo created, nothing uploaded
+
+
+def test_a_token_pasted_into_a_runs_card_is_not_pushed(trained_run, tmp_path, capsys):
+    from hf_vanilla.publishing.hub import push_run
+    from tests.hub_fixtures import FakeHfApi
+
+    run = copy_run(trained_run, tmp_path / "run")
+    card = (run / "README.md").read_text(encoding="utf-8")
+    (run / "README.md").write_text(card + f"\nDownload with HF_TOKEN={SECRETS['hub']}\n", encoding="utf-8")
+    line = card.count("\n") + 2
+    said = refused(capsys, ["push", str(run), "user/tiny"], f"README.md line {line}", "Hugging Face token")
+    assert SECRETS["hub"] not in said
+    api = FakeHfApi()
+    with pytest.raises(ValueError, match="credential"):
+        push_run(run, "user/tiny", api=api)
+    assert api.repos == {}
+
+
+def test_the_secret_patterns_leave_ordinary_text_and_our_own_files_alone():
+    from hf_vanilla.checkpoint import code_files
+    from hf_vanilla.publishing.secrets import find_secrets
+
+    ordinary = "hf_vanilla_config sk-learn task-specific AKIA xoxo AIzaWord ghp_short -----BEGIN PUBLIC KEY-----"
+    assert find_secrets(ordinary) == []
+    for path in code_files():  # the travelling code goes up with every push
+        assert find_secrets(path.read_text(encoding="utf-8")) == [], path
+    assert [kind for _, kind in find_secrets("\n".join(SECRETS.values()))] == [
+        "a Hugging Face token (hf_...)", "an AWS access key (AKIA...)", "a GitHub token (ghp_...)",
+        "a GitHub token (github_pat_...)", "an OpenAI key (sk-...)", "a Google API key (AIza...)",
+        "a Slack token (xox...)", "a private key (-----BEGIN ... PRIVATE KEY-----)",
+    ]  # fmt: skip

@@ -44,6 +44,7 @@ from ..files.output_folder import OutputFolder
 from .card import build_model_card, build_saved_model_card
 from .public import QUOTED_FIELDS, local_paths, public_run_files, quoted_data
 from .push_cli import DEFAULT_TIMEOUT_S
+from .secrets import refuse_secrets
 
 logger = logging.getLogger(__name__)
 
@@ -164,16 +165,18 @@ def model_card_text(
 
     folder = Path(run_dir)
     readme = folder / "README.md"
-    # The card is built from the run files: one that is a link out of the folder is not this run's (and not published).
-    _refuse_links_out(folder, [folder / name for name in ("run.json", "metrics.json", CARD_FILE)])
     existing = readme.read_text(encoding="utf-8") if readme.is_file() else None
     if rebuild_card is False and existing is None:
         raise FileNotFoundError(f"{readme} does not exist: there is no card to keep (rebuild it instead)")
 
-    has_run_files = (folder / "run.json").is_file() and (folder / "metrics.json").is_file()
+    # A run file that is a link out of the folder is not this run's (plan_upload leaves it local): none to build from.
+    inside = folder.resolve()
+    has_run_files = all((folder / name).is_file() and (folder / name).resolve().is_relative_to(inside)
+                        for name in ("run.json", "metrics.json"))
     if rebuild_card and not has_run_files:
         raise FileNotFoundError(
-            f"cannot rebuild the model card: {folder} has no run.json and metrics.json (not a training run)"
+            f"cannot rebuild the model card: {folder} has no run.json and metrics.json of its own (not a training "
+            "run, or they are links out of the folder); push with --keep-card, or copy the run's files in"
         )
     text = existing
     public = {"model_id": repo_id, "public": True, "samples": publish_samples}
@@ -367,7 +370,12 @@ def push_run(
     folder = Path(run_dir)
     # Everything that can be checked locally is, before the first request: a bad folder creates no repo.
     plan, operations, samples_note = _local_upload(folder, include, allow_incomplete, publish_samples)
+    weights = [name for name in operations if is_weight_file(name)]
+    # A credential first (it matters more than anything a card lacks): a README.md that may be kept is checked too.
+    readme = {CARD_FILE: folder / CARD_FILE} if rebuild_card is not True and (folder / CARD_FILE).is_file() else {}
+    refuse_secrets({**operations, **readme}, binary=weights)
     card = model_card_text(folder, repo_id, rebuild_card=rebuild_card, publish_samples=publish_samples)
+    refuse_secrets({CARD_FILE: card})
     if plan.skipped:
         logger.info(  # PushResult.skipped has them too, and the command prints them: said once
             "not uploading %s (not needed to load the model; name a file with include=/--include to upload it)",
