@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import math
 import os
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -201,6 +202,7 @@ def load_complete(model_class: Any, folder: str | os.PathLike[str], *, exact: bo
     weight means the checkpoint is not the model its config describes.
     """
     check_weight_files(folder)
+    check_size_before_loading(folder)
     model, info = model_class.from_pretrained(folder, output_loading_info=True, **kwargs)
     missing = sorted(info["missing_keys"])
     unexpected = sorted(info["unexpected_keys"]) if exact else []
@@ -212,6 +214,29 @@ def load_complete(model_class: Any, folder: str | os.PathLike[str], *, exact: bo
             "config.json or weights were edited; loading it would leave weights random."
         )
     return model
+
+
+def check_size_before_loading(folder: str | os.PathLike[str]) -> None:
+    """Before a model is built from ``folder``: its config.json must fit this machine and match the parameters its
+    safetensors headers hold (:mod:`hf_vanilla.sizing`), or the build would allocate what a hand-edited config says."""
+    from .sizing import check_fits, check_matches_weights
+
+    folder = Path(folder)
+    try:
+        fields = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # from_pretrained says what is wrong with a missing or broken config.json
+    if not isinstance(fields, dict) or fields.get("model_type") != "vanilla":
+        return
+    source = str(folder / "config.json")
+    check_fits(fields, source=source, purpose="load")
+    stored = 0
+    for name in weight_files(folder):
+        if name.endswith(".safetensors"):
+            with safe_open(str(folder / name), "pt") as weights:
+                stored += sum(math.prod(weights.get_slice(key).get_shape()) for key in weights.keys())  # noqa: SIM118
+    if stored:
+        check_matches_weights(fields, stored, source=source)
 
 
 def _some(names: list[str]) -> str:

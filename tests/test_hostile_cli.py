@@ -147,3 +147,60 @@ def test_the_secret_patterns_leave_ordinary_text_and_our_own_files_alone():
         "a GitHub token (github_pat_...)", "an OpenAI key (sk-...)", "a Google API key (AIza...)",
         "a Slack token (xox...)", "a private key (-----BEGIN ... PRIVATE KEY-----)",
     ]  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------
+# Sizes that cannot fit: refused before anything is allocated, naming the estimate, the memory and the field
+
+
+@pytest.mark.parametrize("override", ["hidden_size=1000000000", "num_hidden_layers=100000000"])
+def test_train_refuses_a_config_that_cannot_fit_before_allocating(tmp_path, capsys, override):
+    run = tmp_path / "run"
+    refused(capsys, ["train", "--task", "clm", "--output-dir", str(run), "--config", override],
+            "parameters", "memory available", override)
+    assert not run.exists()  # refused before the folder was claimed
+
+
+@pytest.mark.parametrize(("field", "value"), [("intermediate_size", 1e12), ("max_position_embeddings", 1e15)])
+def test_train_init_from_a_config_that_cannot_fit_is_refused(tmp_path, capsys, field, value):
+    source = saved_decoder(tmp_path / "init")
+    config = json.loads((source / "config.json").read_text())
+    (source / "config.json").write_text(json.dumps({**config, field: value}))
+    refused(capsys, ["train", "--task", "clm", "--output-dir", str(tmp_path / "run"), "--init-from", str(source)],
+            "--init-from", f"{field}={value}", "memory available")
+
+
+EDITED_CONFIGS = [("vocab_size", 2_000_000_000, "memory available"), ("hidden_size", 65536, "memory available"),
+                  ("num_hidden_layers", 100000, "does not match the weights")]
+
+
+def edit_config(folder: Path, field: str, value: float) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    also = {"num_decoder_layers": value} if "num_decoder_layers" in config and field == "num_hidden_layers" else {}
+    (folder / "config.json").write_text(json.dumps({**config, field: value, **also}))  # a decoder saves both
+
+
+@pytest.mark.parametrize(("field", "value", "said"), EDITED_CONFIGS)
+@pytest.mark.parametrize("command", ["generate", "attention"])
+def test_a_config_edited_beside_small_weights_is_refused_before_the_model_is_built(
+    tmp_path, capsys, monkeypatch, command, field, value, said
+):
+    import hf_vanilla.modeling_vanilla as modeling
+
+    folder = saved_decoder(tmp_path / "model")
+    edit_config(folder, field, value)
+    monkeypatch.setattr(modeling.VanillaPreTrainedModel, "__init__", _never_built)
+    argv = {"generate": ["generate", str(folder), "the king"],
+            "attention": ["attention", str(folder), "the king", "--out", str(tmp_path / "a.png")]}[command]
+    refused(capsys, argv, "config.json", said, field)
+
+
+def _never_built(*args, **kwargs):
+    raise AssertionError("the model was built from a config that cannot be its weights'")
+
+
+@pytest.mark.parametrize(("field", "value", "said"), EDITED_CONFIGS)
+def test_evaluate_refuses_a_run_whose_config_does_not_fit_its_weights(trained_run, tmp_path, capsys, field, value, said):
+    run = copy_run(trained_run, tmp_path / "run")
+    edit_config(run, field, value)
+    refused(capsys, ["evaluate", str(run)], "config.json", said, field)

@@ -160,6 +160,7 @@ class TrainOptions:
         check_choices(opts)
         check_ranges(opts)
         check_averaging(opts)
+        check_model_size(opts, task)
         return opts
 
 
@@ -222,6 +223,30 @@ def check_ranges(opts: TrainOptions) -> None:
 def flag(name: str) -> str:
     """How the command line spells option ``name`` (Python callers pass ``name=``)."""
     return f"--{name.replace('_', '-')} ({name})"
+
+
+def check_model_size(opts: TrainOptions, task: Task) -> None:
+    """The model the options describe (the preset, or ``--init-from``'s config.json, under ``--config``) must fit
+    this machine's memory (:func:`hf_vanilla.sizing.check_fits`), refused before anything is loaded or allocated."""
+    from ..presets import PRESETS
+    from ..sizing import check_fits
+
+    overrides = f" with --config {' '.join(f'{k}={v}' for k, v in opts.config.items())}" if opts.config else ""
+    if opts.init_from:
+        try:
+            fields = json.loads((Path(opts.init_from) / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return  # not a local folder (a Hub id), or no config: check_init_from says which
+        if not isinstance(fields, dict):
+            return
+        source = f"--init-from {opts.init_from}{overrides}"
+    else:
+        preset = SIZE_PRESETS.get(opts.preset) or PRESETS.get(opts.preset)
+        if preset is None:
+            return  # an unknown preset is refused, naming the choices, where the config is built
+        fields = {**preset, **task.model_defaults, "architecture": task.family, "vocab_size": opts.vocab_size}
+        source = f"--preset {opts.preset}{overrides}"
+    check_fits({**fields, **opts.config}, source=source, purpose="train")
 
 
 def check_attention_kernel(opts: TrainOptions, use_cpu: bool) -> None:
