@@ -8,6 +8,7 @@ where the input needs one (a folder locked by another process).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -204,3 +205,37 @@ def test_evaluate_refuses_a_run_whose_config_does_not_fit_its_weights(trained_ru
     run = copy_run(trained_run, tmp_path / "run")
     edit_config(run, field, value)
     refused(capsys, ["evaluate", str(run)], "config.json", said, field)
+
+
+# ----------------------------------------------------------------------------------------------
+# A run.json edited out of what train records: checked as a schema, one sentence per error
+
+
+def edit_options(run: Path, change) -> None:
+    record = json.loads((run / "run.json").read_text())
+    record["options"] = change(record["options"])
+    (run / "run.json").write_text(json.dumps(record))
+
+
+def fifo_as_test_file(run: Path, options: dict) -> dict:
+    fifo = run.parent / "test.fifo"
+    os.mkfifo(fifo)  # reading it would block for ever
+    return {**options, "data_files": [*[f for f in options["data_files"] if not f.startswith("test=")], f"test={fifo}"]}
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    (lambda options: list(options), ["options must be a JSON object", "got a list"]),
+    (lambda options: {**options, "learning_rat": 0.1}, ["'learning_rat' is not an option"]),
+    (lambda options: {**options, "eval_batch_size": 10**9}, ["eval_batch_size", "between 1 and 65536"]),
+    (lambda options: {**options, "block_size": "16"}, ["block_size='16' is not of the type int"]),
+    (fifo_as_test_file, ["test.fifo", "not a regular file"]),
+], ids=["a list", "an unknown key", "a huge batch", "a string for a number", "a FIFO"])  # fmt: skip
+def test_evaluate_refuses_a_run_json_whose_options_are_not_what_train_records(trained_run, tmp_path, capsys, change,
+                                                                              named):
+    run = copy_run(trained_run, tmp_path / "run")
+    edit_options(run, lambda options: change(run, options) if change is fifo_as_test_file else change(options))
+    refused(capsys, ["evaluate", str(run)], "run.json" if "eval_batch_size" not in named else "eval", *named)
+
+
+def test_evaluate_refuses_a_batch_size_past_any_memory(trained_run, tmp_path, capsys):
+    refused(capsys, ["evaluate", str(trained_run), "--batch-size", str(10**9)], "eval_batch_size", "65536")
