@@ -226,7 +226,7 @@ def fifo_as_test_file(run: Path, options: dict) -> dict:
 @pytest.mark.parametrize(("change", "named"), [
     (lambda options: list(options), ["options must be a JSON object", "got a list"]),
     (lambda options: {**options, "learning_rat": 0.1}, ["'learning_rat' is not an option"]),
-    (lambda options: {**options, "eval_batch_size": 10**9}, ["eval_batch_size", "between 1 and 65536"]),
+    (lambda options: {**options, "eval_batch_size": 10**9}, ["eval_batch_size", "at most 65536"]),
     (lambda options: {**options, "block_size": "16"}, ["block_size='16' is not of the type int"]),
     (fifo_as_test_file, ["test.fifo", "not a regular file"]),
 ], ids=["a list", "an unknown key", "a huge batch", "a string for a number", "a FIFO"])  # fmt: skip
@@ -239,3 +239,39 @@ def test_evaluate_refuses_a_run_json_whose_options_are_not_what_train_records(tr
 
 def test_evaluate_refuses_a_batch_size_past_any_memory(trained_run, tmp_path, capsys):
     refused(capsys, ["evaluate", str(trained_run), "--batch-size", str(10**9)], "eval_batch_size", "65536")
+
+
+# ----------------------------------------------------------------------------------------------
+# A tokenizer whose own regular expression backtracks catastrophically
+
+
+def test_a_tokenizer_regex_that_backtracks_catastrophically_is_refused_not_run(tmp_path, capsys, monkeypatch):
+
+    folder = saved_decoder(tmp_path / "model")
+    tokenizer = json.loads((folder / "tokenizer.json").read_text())
+    # Oniguruma (the tokenizers library's regex engine) gives up on it after its retry limit, with a Rust panic.
+    tokenizer["pre_tokenizer"] = {"type": "Split", "pattern": {"Regex": "(a|a)+b"}, "behavior": "Isolated",
+                                  "invert": False}
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    refused(capsys, ["generate", str(folder), "the king"], "tokenizer.json", "regular expression", "retry-limit")
+
+
+def test_a_tokenizer_regex_slower_than_the_time_limit_is_refused(tmp_path, capsys, monkeypatch):
+    from hf_vanilla import checkpoint
+
+    folder = saved_decoder(tmp_path / "model")
+    tokenizer = json.loads((folder / "tokenizer.json").read_text())
+    tokenizer["pre_tokenizer"] = {"type": "Split", "pattern": {"Regex": "\\s+"}, "behavior": "Removed", "invert": False}
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    monkeypatch.setattr(checkpoint.check_tokenizer_regexes, "__defaults__", (0.001,))  # no process starts that fast
+    refused(capsys, ["generate", str(folder), "the king"], "tokenizer.json", "regular expression", "in 0.001 s")
+
+
+def test_a_sane_tokenizer_regex_passes_the_probe(tmp_path):
+    from hf_vanilla.checkpoint import check_tokenizer_regexes
+
+    folder = saved_decoder(tmp_path / "model")
+    tokenizer = json.loads((folder / "tokenizer.json").read_text())
+    tokenizer["pre_tokenizer"] = {"type": "Split", "pattern": {"Regex": "\\\\s+"}, "behavior": "Removed", "invert": False}
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    check_tokenizer_regexes(folder)
