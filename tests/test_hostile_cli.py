@@ -182,7 +182,7 @@ def edit_config(folder: Path, field: str, value: float) -> None:
 
 
 @pytest.mark.parametrize(("field", "value", "said"), EDITED_CONFIGS)
-@pytest.mark.parametrize("command", ["generate", "attention"])
+@pytest.mark.parametrize("command", ["generate", "attention", "positions"])
 def test_a_config_edited_beside_small_weights_is_refused_before_the_model_is_built(
     tmp_path, capsys, monkeypatch, command, field, value, said
 ):
@@ -192,7 +192,8 @@ def test_a_config_edited_beside_small_weights_is_refused_before_the_model_is_bui
     edit_config(folder, field, value)
     monkeypatch.setattr(modeling.VanillaPreTrainedModel, "__init__", _never_built)
     argv = {"generate": ["generate", str(folder), "the king"],
-            "attention": ["attention", str(folder), "the king", "--out", str(tmp_path / "a.png")]}[command]
+            "attention": ["attention", str(folder), "the king", "--out", str(tmp_path / "a.png")],
+            "positions": ["positions", "--out", str(tmp_path / "pictures"), "--model", str(folder)]}[command]
     refused(capsys, argv, "config.json", said, field)
 
 
