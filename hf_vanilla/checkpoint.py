@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import math
 import os
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -22,9 +23,14 @@ from transformers.dynamic_module_utils import get_relative_import_files
 
 from . import modeling_vanilla
 from .configuration_vanilla import VanillaConfig, auto_map_for
+from .errors import HfVanillaError
 from .files.atomic import CONFIG_FILES, SAFE_WEIGHTS, SAFE_WEIGHTS_INDEX, atomic_write_bytes
 
 logger = logging.getLogger(__name__)
+
+
+class TokenizerRegexError(HfVanillaError, ValueError):
+    """A tokenizer's regular expression fails or takes too long on short texts."""
 
 # ----------------------------------------------------------------------------------------------
 # What a checkpoint is
@@ -201,6 +207,8 @@ def load_complete(model_class: Any, folder: str | os.PathLike[str], *, exact: bo
     weight means the checkpoint is not the model its config describes.
     """
     check_weight_files(folder)
+    check_size_before_loading(folder)
+    check_tokenizer_regexes(folder)
     model, info = model_class.from_pretrained(folder, output_loading_info=True, **kwargs)
     missing = sorted(info["missing_keys"])
     unexpected = sorted(info["unexpected_keys"]) if exact else []
@@ -212,6 +220,77 @@ def load_complete(model_class: Any, folder: str | os.PathLike[str], *, exact: bo
             "config.json or weights were edited; loading it would leave weights random."
         )
     return model
+
+
+def check_size_before_loading(folder: str | os.PathLike[str]) -> None:
+    """Before a model is built from ``folder``: its config.json must fit this machine and match the parameters its
+    safetensors headers hold (:mod:`hf_vanilla.sizing`), or the build would allocate what a hand-edited config says."""
+    from .sizing import check_fits, check_matches_weights
+
+    folder = Path(folder)
+    try:
+        fields = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # from_pretrained says what is wrong with a missing or broken config.json
+    if not isinstance(fields, dict) or fields.get("model_type") != "vanilla":
+        return
+    source = str(folder / "config.json")
+    check_fits(fields, source=source, purpose="load")
+    stored = 0
+    for name in weight_files(folder):
+        if name.endswith(".safetensors"):
+            with safe_open(str(folder / name), "pt") as weights:
+                stored += sum(math.prod(weights.get_slice(key).get_shape()) for key in weights.keys())  # noqa: SIM118
+    if stored:
+        check_matches_weights(fields, stored, source=source)
+
+
+#: Texts a tokenizer's own regular expressions must get through: the runs of one character and the near-matches
+#: on which a backtracking pattern (``(a|a)+b``) takes exponential time, and ordinary text.
+REGEX_PROBES = ("The king's 3 crowns, and 12.5% of the night!", "a" * 40 + "!", " " * 40 + "x", "1" * 40 + "a",
+                "ab" * 20 + "\n", "\u00e9" * 40 + "?")
+#: Seconds the probes may take: tens of milliseconds for any sane tokenizer, for ever for a catastrophic pattern.
+REGEX_TIME_LIMIT_S = 10.0
+
+_PROBE = """
+import sys
+from tokenizers import Tokenizer
+tokenizer = Tokenizer.from_file(sys.argv[1])
+print("loaded", flush=True)
+for text in sys.argv[2:]:
+    tokenizer.encode(text)
+"""
+
+
+def check_tokenizer_regexes(folder: str | os.PathLike[str], limit_s: float = REGEX_TIME_LIMIT_S) -> None:
+    """A ``tokenizer.json`` holding regular expressions (a ``Split`` pre-tokenizer, a ``Replace`` normalizer) must
+    tokenize :data:`REGEX_PROBES` within ``limit_s`` in a separate process, which is killed when it does not: a
+    pattern that backtracks catastrophically would hang every command on its first text (or, past Oniguruma's
+    retry limit, end it in a Rust panic). Refused otherwise."""
+    path = Path(folder) / "tokenizer.json"
+    try:
+        if '"Regex"' not in path.read_text(encoding="utf-8"):
+            return  # no pattern of the file's own: the library's built-in ones are safe
+    except (OSError, UnicodeDecodeError):
+        return  # loading the tokenizer says what is wrong with the file
+    import subprocess
+    import sys
+
+    why = f"did not get through {len(REGEX_PROBES)} short probe texts"
+    try:
+        probe = subprocess.run([sys.executable, "-c", _PROBE, str(path), *REGEX_PROBES], capture_output=True,
+                               text=True, timeout=limit_s, check=False)
+    except subprocess.TimeoutExpired:
+        why += f" in {limit_s:g} s"
+    else:
+        if probe.returncode == 0 or not probe.stdout.startswith("loaded"):
+            return  # tokenized them all, or the file does not load at all: loading it says what is wrong
+        failure = [line for line in probe.stderr.splitlines() if "Error" in line or "error" in line]
+        why += f" ({failure[-1].strip() if failure else f'the tokenizer failed, exit {probe.returncode}'})"
+    raise TokenizerRegexError(
+        f"{path} holds a regular expression that {why}: it backtracks catastrophically and would fail or hang on "
+        "real text; fix the pattern or save the tokenizer again"
+    )
 
 
 def _some(names: list[str]) -> str:

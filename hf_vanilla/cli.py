@@ -14,6 +14,7 @@ import importlib
 import sys
 
 from . import __version__, register
+from .errors import HfVanillaError, refuse
 from .extras import MissingExtraError
 
 #: name -> (module, one-line help), in the order `--help` lists them.
@@ -49,15 +50,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``hf-vanilla ARGV``; Ctrl-C anywhere (while the libraries import, too) ends it in one line, exit 130."""
+    """Run ``hf-vanilla ARGV``; Ctrl-C anywhere (while the libraries import, too) ends it in one line, exit 130;
+    an error of ours (:class:`hf_vanilla.errors.HfVanillaError`) in one sentence, exit 2."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        return dispatch(sys.argv[1:] if argv is None else list(argv))
+        return dispatch(argv)
     except KeyboardInterrupt:
         print("hf-vanilla: interrupted (Ctrl-C)", file=sys.stderr)
         return 130
     except MissingExtraError as error:  # the subcommand's layer is not installed: its one line says which extra
         print(f"hf-vanilla: {error}", file=sys.stderr)
         return 1
+    except HfVanillaError as error:  # a busy folder, a model too big, a secret in the card: what and how to fix it
+        return refuse(argv[0] if argv and argv[0] in COMMANDS else "", error)
 
 
 def dispatch(argv: list[str]) -> int:

@@ -25,7 +25,6 @@ import json
 import math
 import os
 import shutil
-import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +40,7 @@ from transformers.utils import logging
 from . import modeling_vanilla, variants
 from .checkpoint import PICKLE_SUFFIXES, load_complete
 from .configuration_vanilla import VanillaConfig, field_default, field_is_active, rows_of
+from .errors import HfVanillaError, refuse
 from .files.atomic import staged_folder
 from .files.output_folder import OutputFolder
 from .modeling_vanilla import VanillaPreTrainedModel
@@ -1216,9 +1216,8 @@ def run_cli(args: argparse.Namespace) -> int:
     to_native = True if args.to_native else False if args.to_vanilla else None
     try:
         report = convert_checkpoint(args.src_dir, args.out_dir, to_native=to_native, overwrite=args.overwrite)
-    except (ValueError, OSError) as error:  # bad options, missing or unreadable files: a message, not a traceback
-        print(f"hf-vanilla convert: {error}", file=sys.stderr)
-        return 1
+    except (HfVanillaError, ValueError, OSError) as error:  # bad options, a busy folder, unreadable files: a sentence
+        return refuse("convert", error)
     print(f"{report.source_class} -> {report.target_class}: wrote {report.out_dir}")
     if report.copied:
         print(f"copied: {', '.join(report.copied)}")

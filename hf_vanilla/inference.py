@@ -14,6 +14,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
 from . import register
 from .checkpoint import load_complete
+from .errors import HfVanillaError, refuse
 from .positional import PositionalScheme
 
 logger = logging.getLogger(__name__)
@@ -97,9 +98,8 @@ def run_generate(args: argparse.Namespace) -> int:
         text = generate_text(model, tokenizer, args.prompt, seed=args.seed, say=_note,
                              max_new_tokens=args.max_new_tokens, num_beams=args.num_beams, do_sample=args.do_sample,
                              temperature=args.temperature, top_k=args.top_k, return_full_text=args.return_full_text)
-    except (ValueError, OSError) as error:
-        print(f"hf-vanilla generate: {error}", file=sys.stderr)
-        return 1
+    except (HfVanillaError, ValueError, OSError) as error:
+        return refuse("generate", error)
     print(text)
     return 0
 

@@ -390,8 +390,8 @@ def test_cli_round_trip_carries_tokenizer_and_generation_config(tmp_path, capsys
     assert returned.generation_config.num_beams == 2
 
     # The direction is checked, and a non-empty OUT_DIR is never written into by accident.
-    assert cli.main(["convert", str(source), str(tmp_path / "x"), "--to-native"]) == 1
-    assert cli.main(["convert", str(source), str(converted)]) == 1
+    assert cli.main(["convert", str(source), str(tmp_path / "x"), "--to-native"]) == 2
+    assert cli.main(["convert", str(source), str(converted)]) == 2
     assert "already holds a converted model: pass --overwrite" in capsys.readouterr().err
 
 

@@ -127,7 +127,7 @@ def test_a_failed_upload_commits_nothing_and_says_so(
     before = dict(api.repos["tester/cut-off"].branches)
     api.fail_uploads = True
     monkeypatch.setattr("hf_vanilla.publishing.hub.HfApi", lambda token=None: api)
-    assert cli.main(["push", str(trained_run), "tester/cut-off"]) == 1
+    assert cli.main(["push", str(trained_run), "tester/cut-off"]) == 2
     err = capsys.readouterr().err
     assert "hf-vanilla push: Error while uploading" in err and "Nothing was committed; run the push again." in err
     assert api.repos["tester/cut-off"].branches == before
@@ -143,11 +143,11 @@ def test_a_run_stopped_by_ctrl_c_is_refused_for_how_it_ended_not_for_its_missing
         (run / name).unlink()
     record = json.loads((run / "run.json").read_text())
     (run / "run.json").write_text(json.dumps({**record, "status": "interrupted", "interrupted_at_step": 1}))
-    assert cli.main(["push", str(run), "tester/stopped"]) == 1
+    assert cli.main(["push", str(run), "tester/stopped"]) == 2
     err = capsys.readouterr().err
     assert "run.json says the run was interrupted at step 1 before it finished" in err
     assert "--resume" in err and "--allow-incomplete" in err and "no config.json" not in err
-    assert cli.main(["push", str(run), "tester/stopped", "--allow-incomplete"]) == 1
+    assert cli.main(["push", str(run), "tester/stopped", "--allow-incomplete"]) == 2
     err = capsys.readouterr().err
     assert "without its final model yet" in err and "to train on and finish it, run the same command with --resume" in err
 
@@ -281,7 +281,7 @@ def test_push_and_load_elsewhere_through_the_real_client_without_a_prompt(
     with LocalHub() as hub:
         refused = subprocess.run(push, capture_output=True, text=True, env=hub_env(hub, tmp_path / "h", "hf_bad"),
                                  cwd=REPO_ROOT, timeout=300)  # fmt: skip
-        assert refused.returncode == 1 and "401" in refused.stderr and "Traceback" not in refused.stderr
+        assert refused.returncode == 2 and "401" in refused.stderr and "Traceback" not in refused.stderr
         assert not hub.repos  # a refused token creates nothing
 
         pushed = subprocess.run(push, capture_output=True, text=True, env=hub_env(hub, tmp_path / "h"),

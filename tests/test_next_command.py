@@ -171,7 +171,7 @@ def test_resume_with_options_the_run_did_not_record_is_refused_naming_the_option
 
     monkeypatch.setattr(run_module, "load_task_data", no_data)
     changed = [*argv, "--vocab-size", "500", "--resume"]
-    assert run_command(changed) == 1
+    assert run_command(changed) == 2
     error = capsys.readouterr().err.strip()
     assert error.count("\n") == 0 and "--vocab-size (vocab_size) 300, not 500" in error
     assert words_after_run(error)[-1] == "--resume"  # the run's own command

@@ -241,7 +241,7 @@ def test_evaluate_gives_the_runs_final_metrics(reference_run, capsys):
 def test_evaluate_refuses_a_folder_without_run_json(tmp_path, capsys):
     from hf_vanilla.cli import main
 
-    assert main(["evaluate", str(tmp_path)]) == 1
+    assert main(["evaluate", str(tmp_path)]) == 2
     assert "run.json" in capsys.readouterr().err
 
 
@@ -443,7 +443,7 @@ def test_offline_without_cache_gives_the_data_modules_error(tmp_path, monkeypatc
     monkeypatch.setenv("HF_VANILLA_OFFLINE", "1")
     with pytest.raises(CorpusUnavailableError, match="shakespeare"):
         T.train("clm", tmp_path / "run", **TINY)
-    assert main(["train", "--task", "translation", "--output-dir", str(tmp_path / "cli")]) == 1
+    assert main(["train", "--task", "translation", "--output-dir", str(tmp_path / "cli")]) == 2
     assert "bible-en-es" in capsys.readouterr().err
 
 

@@ -289,9 +289,9 @@ def test_cli_draws_a_saved_models_attention(tmp_path, capsys):
     decoder = save_tiny(tmp_path, "decoder")
     assert cli.main(["attention", str(decoder), "the cat sat", "--out", str(tmp_path / "grid.png")]) == 0
     assert_png(tmp_path / "grid.png")
-    assert cli.main(["attention", str(decoder), "the cat", "--out", str(tmp_path / "x.png"), "--cross"]) == 1
+    assert cli.main(["attention", str(decoder), "the cat", "--out", str(tmp_path / "x.png"), "--cross"]) == 2
     assert "--cross needs an encoder-decoder" in capsys.readouterr().err
-    assert cli.main(["attention", str(decoder), "the cat", "--out", str(tmp_path / "x.png"), "--layer", "5"]) == 1
+    assert cli.main(["attention", str(decoder), "the cat", "--out", str(tmp_path / "x.png"), "--layer", "5"]) == 2
     assert "out of range" in capsys.readouterr().err
     assert not (tmp_path / "x.png").exists()
 

@@ -41,6 +41,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from ..errors import HfVanillaError
 from .atomic import atomic_write_json, atomic_write_text, fsync_path, make_shareable
 
 RECORD = ".hf_vanilla.json"
@@ -66,12 +67,12 @@ KINDS = {"run": ("a training run", "hf-vanilla train"), "conversion": ("a conver
          "experiments": ("experiment outputs", "scripts/experiments.py")}
 
 
-class UntrustedRecordError(ValueError):
+class UntrustedRecordError(HfVanillaError, ValueError):
     """The folder's record (or journal) is not one hf_vanilla wrote: a link, not JSON, or naming paths."""
 
 
 
-class FolderBusyError(RuntimeError):
+class FolderBusyError(HfVanillaError, RuntimeError):
     """Another process is writing this folder."""
 
 

@@ -26,7 +26,6 @@ import logging
 import math
 import os
 import re
-import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,11 +38,13 @@ from huggingface_hub.utils import get_session
 
 from ..checkpoint import PICKLE_SUFFIXES, TOKENIZER_FILES, code_files, loading_files, shipped_auto_map
 from ..configuration_vanilla import AUTO_CLASSES, VanillaConfig
+from ..errors import HfVanillaError, refuse, sentence
 from ..files.atomic import is_model_file, is_weight_file
 from ..files.output_folder import OutputFolder
 from .card import build_model_card, build_saved_model_card
 from .public import QUOTED_FIELDS, local_paths, public_run_files, quoted_data
 from .push_cli import DEFAULT_TIMEOUT_S
+from .secrets import refuse_secrets
 from .unfinished import check_finished, check_model_saved
 
 logger = logging.getLogger(__name__)
@@ -169,16 +170,26 @@ def model_card_text(
     if rebuild_card is False and existing is None:
         raise FileNotFoundError(f"{readme} does not exist: there is no card to keep (rebuild it instead)")
 
-    has_run_files = (folder / "run.json").is_file() and (folder / "metrics.json").is_file()
+    # A run file that is a link out of the folder is not this run's (plan_upload leaves it local): none to build from.
+    inside = folder.resolve()
+    has_run_files = all((folder / name).is_file() and (folder / name).resolve().is_relative_to(inside)
+                        for name in ("run.json", "metrics.json"))
     if rebuild_card and not has_run_files:
         raise FileNotFoundError(
-            f"cannot rebuild the model card: {folder} has no run.json and metrics.json (not a training run)"
+            f"cannot rebuild the model card: {folder} has no run.json and metrics.json of its own (not a training "
+            "run, or they are links out of the folder); push with --keep-card, or copy the run's files in"
         )
     text = existing
     public = {"model_id": repo_id, "public": True, "samples": publish_samples}
     if rebuild_card is not False and has_run_files:
         if rebuild_card:
-            text = str(build_model_card(folder, **public))
+            try:
+                text = str(build_model_card(folder, **public))
+            except (KeyError, TypeError, AttributeError) as error:  # run.json/metrics.json edited or not a run's
+                raise ValueError(
+                    f"cannot rebuild the model card: {folder}'s run.json or metrics.json is not one hf_vanilla "
+                    f"wrote ({sentence(error)}); restore them from the run, or push with --keep-card"
+                ) from error
         else:
             try:  # only the run's own, unedited card is replaced: hand edits are never thrown away
                 if existing is None or existing == str(build_model_card(folder, saved_at=_saved_at(existing))):
@@ -333,7 +344,12 @@ def push_run(
     folder = Path(run_dir)
     # Everything that can be checked locally is, before the first request: a bad folder creates no repo.
     plan, operations, samples_note = _local_upload(folder, include, allow_incomplete, publish_samples)
+    weights = [name for name in operations if is_weight_file(name)]
+    # A credential first (it matters more than anything a card lacks): a README.md that may be kept is checked too.
+    readme = {CARD_FILE: folder / CARD_FILE} if rebuild_card is not True and (folder / CARD_FILE).is_file() else {}
+    refuse_secrets({**operations, **readme}, binary=weights)
     card = model_card_text(folder, repo_id, rebuild_card=rebuild_card, publish_samples=publish_samples)
+    refuse_secrets({CARD_FILE: card})
     if plan.skipped:
         logger.info(  # PushResult.skipped has them too, and the command prints them: said once
             "not uploading %s (not needed to load the model; name a file with include=/--include to upload it)",
@@ -467,7 +483,7 @@ def run_cli(args: argparse.Namespace) -> int:
             publish_samples=args.publish_samples,
             timeout=args.timeout,
         )
-    except (ValueError, OSError, RuntimeError) as error:  # refused token, missing files, Hub or upload errors
+    except (HfVanillaError, ValueError, OSError, RuntimeError) as error:  # refused token, missing files, Hub or upload errors
         cause = (
             f" ({error.__cause__})"
             if error.__cause__ is not None and not isinstance(error, PermissionError | TimeoutError)
@@ -475,8 +491,7 @@ def run_cli(args: argparse.Namespace) -> int:
         )
         # huggingface_hub raises RuntimeError when an upload fails; the commit was never made.
         retry = " Nothing was committed; run the push again." if isinstance(error, RuntimeError) else ""
-        print(f"hf-vanilla push: {error}{cause}{retry}", file=sys.stderr)
-        return 1
+        return refuse("push", f"{error}{cause}{retry}")
     print(push_summary(result, args.run_dir, args.revision, args.commit_message))
     if result.skipped:
         print(f"left local (not needed to load; --include NAME to upload): {', '.join(result.skipped)}")

@@ -37,10 +37,12 @@ LAYERS: dict[str, Layer] = {
                    None,
                    "the travelling files: saved with every checkpoint, they import only torch, transformers and "
                    "each other"),
-    "files": Layer(("files",), (), None, "atomic files and folders, the output folder's record and lock: no model"),
-    "core": Layer(("", "extras", "checkpoint", "convert", "presets"), ("model", "files"), None,
+    "files": Layer(("files", "errors"), (), None, "atomic files and folders, the output folder's record and lock, "
+                   "the error base every command says in one sentence: no model"),
+    "core": Layer(("", "extras", "checkpoint", "convert", "presets", "sizing"), ("model", "files"), None,
                   "registration with the Auto classes, what a checkpoint is made of, conversion to and from "
-                  "native transformers models, the named presets, the extras' one-line check"),
+                  "native transformers models, the named presets, a config's size against the memory, the "
+                  "extras' one-line check"),
     "corpora": Layer(("corpora",), ("core", "files"), "train", "real corpora fetched from package registries, "
                      "tokenizer training"),
     "tasks": Layer(("tasks",), ("corpora",), None, "one module per training task: data, metrics, the card's "

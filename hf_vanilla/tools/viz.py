@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +55,7 @@ from transformers import (  # noqa: E402
 from .. import register  # noqa: E402
 from ..checkpoint import load_complete  # noqa: E402
 from ..configuration_vanilla import VanillaConfig  # noqa: E402
+from ..errors import HfVanillaError, refuse  # noqa: E402
 from ..modeling_vanilla import VanillaDecoder, VanillaEncoder  # noqa: E402
 from ..positional import (  # noqa: E402
     ALiBiPositions,
@@ -960,9 +960,8 @@ def run_attention(args: argparse.Namespace) -> int:
         if kind is not None and kind != "cross" and kind not in maps.weights:
             raise ValueError(f"--stack {kind}: this {model_family(model)} model has only {', '.join(maps.kinds)}.")
         picture = plot_attention(maps, kind, args.layer, args.head, path=args.out, average=args.average)
-    except (ValueError, ImportError, OSError) as error:
-        print(f"hf-vanilla attention: {error}", file=sys.stderr)
-        return 1
+    except (HfVanillaError, ValueError, ImportError, OSError) as error:
+        return refuse("attention", error)
     print(f"wrote {picture.path} ({picture.data['kind']} attention)")
     return 0
 
@@ -975,9 +974,8 @@ def run_positions(args: argparse.Namespace) -> int:
             model, _ = load_model_and_tokenizer(args.model)
             config = model.config
         pictures = write_positional_figures(args.out, config, model)
-    except (ValueError, ImportError, OSError) as error:
-        print(f"hf-vanilla positions: {error}", file=sys.stderr)
-        return 2
+    except (HfVanillaError, ValueError, ImportError, OSError) as error:
+        return refuse("positions", error)
     for picture in pictures.values():
         print(f"wrote {picture.path}")
     return 0

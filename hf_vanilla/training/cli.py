@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ..errors import HfVanillaError, refuse
 from ..publishing.unfinished import resume_command
 from ..tasks import TASKS, get_task
 from .options import TrainOptions, check_ranges
@@ -138,7 +139,7 @@ def _to_bool(text: str) -> bool:
 
 
 def run_command(argv: list[str], before_run: Callable[[], None] | None = None) -> int:
-    """``hf-vanilla train ARGS``: exit status 0 when done, 1 on a clear error, 130 after Ctrl-C.
+    """``hf-vanilla train ARGS``: exit status 0 when done, 2 on a clear error (one sentence), 130 after Ctrl-C.
     ``before_run`` runs once the arguments parsed (the ``hf-vanilla`` command registers the Auto classes)."""
     where, options = parse(argv)
     from ..files.output_folder import FolderBusyError
@@ -146,9 +147,8 @@ def run_command(argv: list[str], before_run: Callable[[], None] | None = None) -
 
     try:  # what the folder and the arguments alone refuse, before torch loads
         check_before_loading(get_task(where.task), Path(where.output_dir), options.resolved(get_task(where.task)))
-    except (FolderBusyError, FileExistsError, FileNotFoundError, ValueError) as error:
-        print(f"hf-vanilla train: {error}", file=sys.stderr)
-        return 1
+    except (HfVanillaError, FolderBusyError, FileExistsError, FileNotFoundError, ValueError) as error:
+        return refuse("train", error)
     if before_run is not None:
         before_run()
     from ..corpora import CorpusUnavailableError
@@ -163,10 +163,9 @@ def run_command(argv: list[str], before_run: Callable[[], None] | None = None) -
     except TrainingInterruptedError as stop:
         print(f"hf-vanilla train: {stop}", file=sys.stderr)
         return 130
-    except (CorpusUnavailableError, TrainingDivergedError, RunDirectoryBusyError, FileExistsError,
-            FileNotFoundError, ValueError, OSError) as error:
-        print(f"hf-vanilla train: {error}", file=sys.stderr)
-        return 1
+    except (HfVanillaError, CorpusUnavailableError, TrainingDivergedError, RunDirectoryBusyError, ValueError,
+            OSError) as error:
+        return refuse("train", error)
     from accelerate import PartialState
 
     from .outputs import stop_line

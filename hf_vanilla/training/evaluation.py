@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,9 @@ import transformers
 from .. import register
 from ..checkpoint import load_complete
 from ..corpora import CorpusUnavailableError
+from ..errors import HfVanillaError, refuse
 from ..tasks import Evaluation, get_task
-from .options import make_options
+from .options import check_ranges, options_from_record
 from .run import has_accelerator, make_trainer, training_arguments
 from .rundir import RUN_RECORD, read_record
 from .sources import load_task_data
@@ -35,9 +35,10 @@ def evaluate_run(run_dir: str | os.PathLike[str], eval_batch_size: int | None = 
         raise FileNotFoundError(f"{run_dir} has no {RUN_RECORD}: evaluate needs a folder written by `hf-vanilla train`")
     record = read_record(run_dir)
     task = get_task(record["task"])
-    opts = make_options(record["options"]).resolved(task)
+    opts = options_from_record(record.get("options"), str(run_dir / RUN_RECORD)).resolved(task)
     if eval_batch_size is not None:
         opts.eval_batch_size = eval_batch_size
+        check_ranges(opts)
     raw, _ = load_task_data(task, opts)
     tokenizer = transformers.AutoTokenizer.from_pretrained(run_dir)
     model = load_complete(getattr(transformers, task.auto_class), run_dir, exact=True,
@@ -54,9 +55,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     """``hf-vanilla evaluate RUN`` (its arguments: :mod:`hf_vanilla.commands`): the metrics and baseline as JSON."""
     try:
         evaluation = evaluate_run(args.run_dir, args.batch_size)
-    except (CorpusUnavailableError, ValueError, OSError, KeyError) as error:
-        print(f"hf-vanilla evaluate: {error}", file=sys.stderr)
-        return 1
+    except (HfVanillaError, CorpusUnavailableError, ValueError, OSError, KeyError) as error:
+        return refuse("evaluate", error)
     print(json.dumps(_summary(evaluation), indent=1))
     return 0
 

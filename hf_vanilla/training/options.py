@@ -11,11 +11,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+
+from ..errors import HfVanillaError
 
 if TYPE_CHECKING:
     from ..tasks import Task
@@ -160,6 +163,7 @@ class TrainOptions:
         check_choices(opts)
         check_ranges(opts)
         check_averaging(opts)
+        check_model_size(opts, task)
         return opts
 
 
@@ -186,6 +190,10 @@ def _at_least(low: int) -> Callable[[Any], bool]:
     return lambda value: value >= low
 
 
+#: The most sequences one batch may hold: past any machine's memory at any block size (a run.json edited to say
+#: 10**9 would have the evaluation allocate for it).
+MAX_BATCH = 65536
+
 #: (option, test, allowed range): values outside these train NaN, a whole epoch instead of none, or crash late
 #: (a ZeroDivisionError, a failed first evaluation); ``None`` ("the task's default") always passes.
 RANGES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
@@ -194,8 +202,8 @@ RANGES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("num_train_epochs", _positive, "a finite number above 0"),
     ("time_limit_minutes", _positive, "a finite number above 0 (leave it unset for no limit)"),
     ("gradient_accumulation_steps", _at_least(1), "at least 1"),
-    ("batch_size", _at_least(1), "at least 1"),
-    ("eval_batch_size", _at_least(1), "at least 1"),
+    ("batch_size", lambda n: 1 <= n <= MAX_BATCH, f"at least 1 and at most {MAX_BATCH}"),
+    ("eval_batch_size", lambda n: 1 <= n <= MAX_BATCH, f"at least 1 and at most {MAX_BATCH}"),
     ("block_size", _at_least(2), "at least 2 (a block needs a token to read and one to predict)"),
     ("max_source_length", _at_least(1), "at least 1"),
     ("max_target_length", _at_least(1), "at least 1"),
@@ -222,6 +230,30 @@ def check_ranges(opts: TrainOptions) -> None:
 def flag(name: str) -> str:
     """How the command line spells option ``name`` (Python callers pass ``name=``)."""
     return f"--{name.replace('_', '-')} ({name})"
+
+
+def check_model_size(opts: TrainOptions, task: Task) -> None:
+    """The model the options describe (the preset, or ``--init-from``'s config.json, under ``--config``) must fit
+    this machine's memory (:func:`hf_vanilla.sizing.check_fits`), refused before anything is loaded or allocated."""
+    from ..presets import PRESETS
+    from ..sizing import check_fits
+
+    overrides = f" with --config {' '.join(f'{k}={v}' for k, v in opts.config.items())}" if opts.config else ""
+    if opts.init_from:
+        try:
+            fields = json.loads((Path(opts.init_from) / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return  # not a local folder (a Hub id), or no config: check_init_from says which
+        if not isinstance(fields, dict):
+            return
+        source = f"--init-from {opts.init_from}{overrides}"
+    else:
+        preset = SIZE_PRESETS.get(opts.preset) or PRESETS.get(opts.preset)
+        if preset is None:
+            return  # an unknown preset is refused, naming the choices, where the config is built
+        fields = {**preset, **task.model_defaults, "architecture": task.family, "vocab_size": opts.vocab_size}
+        source = f"--preset {opts.preset}{overrides}"
+    check_fits({**fields, **opts.config}, source=source, purpose="train")
 
 
 def check_attention_kernel(opts: TrainOptions, use_cpu: bool) -> None:
@@ -314,6 +346,59 @@ def parse_config(entries: Mapping[str, Any] | Sequence[str] | str | None) -> dic
             raise ValueError(f"--config expects KEY=VALUE, got {entry!r}")
         out[key.strip()] = parse_value(value.strip())
     return out
+
+
+class RecordOptionsError(HfVanillaError, ValueError):
+    """A run.json's options are not what ``hf-vanilla train`` records: wrong shape, unknown keys, wrong types."""
+
+
+def options_from_record(options: Any, source: str) -> TrainOptions:
+    """The options a run record (``source``: its path, for the message) holds, checked as a schema before any is
+    used: a JSON object of known option names, each value of its option's type, every data file a regular file (a
+    FIFO would block the read forever). One sentence per error; the ranges are checked by
+    :meth:`TrainOptions.resolved`."""
+    if not isinstance(options, Mapping):
+        raise RecordOptionsError(f"{source}: options must be a JSON object of option names and values, got a "
+                                 f"{type(options).__name__}; restore the run.json the run wrote")
+    hints = typing.get_type_hints(TrainOptions)
+    errors = [f"{key!r} is not an option of hf-vanilla train" if key not in hints else
+              f"{key}={value!r} is not of the type {_type_name(hints[key])}"
+              for key, value in options.items() if key not in hints or not _is_of(hints[key], value)]
+    if not errors:
+        for entry in options.get("data_files") or []:
+            path = Path(entry.partition("=")[2] if "=" in entry else entry).expanduser()
+            if path.exists() and not path.is_file():
+                errors.append(f"data file {str(path)!r} is not a regular file (a folder, FIFO or device)")
+    if errors:
+        raise RecordOptionsError(f"{source} does not hold the options hf-vanilla train records: {'; '.join(errors)}; "
+                                 "restore the run.json the run wrote")
+    return TrainOptions(**options)
+
+
+def _is_of(hint: Any, value: Any) -> bool:
+    """Whether a JSON ``value`` is of the annotation ``hint`` (a bool is not a number; an int is a float)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if hint is type(None):
+        return value is None
+    if origin is Literal:
+        return value in args
+    if origin in (typing.Union, types.UnionType):
+        return any(_is_of(arg, value) for arg in args)
+    if origin is list:
+        return isinstance(value, list) and all(_is_of(args[0], item) for item in value)
+    if origin is dict or hint is dict:
+        return isinstance(value, dict)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def _type_name(hint: Any) -> str:
+    return str(hint).replace("typing.", "") if not isinstance(hint, type) else hint.__name__
 
 
 def make_options(options: Mapping[str, Any]) -> TrainOptions:

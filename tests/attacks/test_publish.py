@@ -191,13 +191,13 @@ def test_a_hub_that_never_answers_times_out_clearly_and_the_push_run_again_start
         pushing = threading.Thread(target=lambda: exit_codes.append(cli.main(push)), daemon=True)
         pushing.start()
         pushing.join(60)
-    assert not pushing.is_alive() and exit_codes == [1], "the push still waits on a Hub that never answers"
+    assert not pushing.is_alive() and exit_codes == [2], "the push still waits on a Hub that never answers"
     err = capsys.readouterr().err
     assert f"The Hub at {url} did not answer within 0.5 s" in err and "Nothing was committed" in err, err
     assert get_session().timeout == before  # the client's own setting is back for everything else
 
     for bad in ("0", "-1", "nan", "inf"):
-        assert cli.main([*push[:-1], bad]) == 1 and f"must be a positive number of seconds, got {float(bad)}" in (
+        assert cli.main([*push[:-1], bad]) == 2 and f"must be a positive number of seconds, got {float(bad)}" in (
             capsys.readouterr().err
         )
 

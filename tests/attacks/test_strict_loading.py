@@ -53,13 +53,13 @@ def test_a_checkpoint_without_its_q_proj_weights_or_with_a_stray_weight_is_refus
 ) -> None:
     folder = saved_decoder(tmp_path / "model")
     edit_weights(folder, drop="q_proj")
-    assert cli.main(COMMANDS[command](folder, tmp_path)) == 1
+    assert cli.main(COMMANDS[command](folder, tmp_path)) == 2
     one_line_error(capsys, "q_proj", "lacks weights")
     assert not (tmp_path / "a.png").exists()
 
     saved_decoder(folder)
     edit_weights(folder, add="model.decoder.smuggled")
-    assert cli.main(COMMANDS[command](folder, tmp_path)) == 1
+    assert cli.main(COMMANDS[command](folder, tmp_path)) == 2
     one_line_error(capsys, "model.decoder.smuggled", "does not use")
 
 
@@ -68,7 +68,7 @@ def test_evaluate_refuses_a_run_whose_weights_lack_q_proj(
 ) -> None:
     run = copy_run(trained_run, tmp_path / "run")
     edit_weights(run, drop="q_proj")
-    assert cli.main(["evaluate", str(run)]) == 1
+    assert cli.main(["evaluate", str(run)]) == 2
     one_line_error(capsys, "q_proj", "lacks weights")
 
 
