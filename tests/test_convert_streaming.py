@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
-import transformers as T
 from safetensors import safe_open
 
 import hf_vanilla.convert as convert
-from hf_vanilla.convert import convert_checkpoint, from_hf, to_hf
+from hf_vanilla.convert import convert_checkpoint, from_hf
 from tests.test_convert import BARE, CASES, build
 
 # Loaded whole on purpose: Marian's fixed sinusoids are checked against (or recomputed by) a real model; a T5 v1.1
