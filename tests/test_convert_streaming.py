@@ -143,3 +143,25 @@ def test_a_checkpoint_transformers_must_rename_is_loaded_whole_and_converted_the
     in_memory = tmp_path / "in-memory"
     from_hf(native).save_pretrained(in_memory)
     assert_same_tensors(tensors(tmp_path / "vanilla"), tensors(in_memory))
+
+
+@pytest.mark.parametrize("name", ["llama-gqa-tied-llama3-rope", "bart", "t5-relu-tied"])
+def test_loading_a_sharded_bf16_conversion_initialises_nothing_and_upcasts_nothing(name, tmp_path, monkeypatch):
+    """What crawls only at size: an init pass over loaded weights, an fp32 copy, a device_map splitting a block."""
+    from transformers import initialization
+
+    native, _ = build(name)
+    native.to(torch.bfloat16).save_pretrained(tmp_path / "native", max_shard_size=SHARD)
+    convert_checkpoint(tmp_path / "native", tmp_path / "vanilla")
+    touched = []
+    for function, original in list(initialization.TORCH_INIT_FUNCTIONS.items()):
+        def record(tensor, *args, _original=original, _function=function, **kwargs):
+            touched.append((_function, tuple(tensor.shape)))
+            return _original(tensor, *args, **kwargs)
+        monkeypatch.setitem(initialization.TORCH_INIT_FUNCTIONS, function, record)
+    vanilla_class = type(from_hf(native))
+    loaded = vanilla_class.from_pretrained(tmp_path / "vanilla", dtype="auto")
+    assert touched == []  # every weight came from the files; none was drawn and then overwritten
+    assert {p.dtype for p in loaded.parameters()} == {torch.bfloat16}
+    blocks = {type(module).__name__ for module in loaded.modules()}
+    assert set(loaded._no_split_modules) <= blocks and loaded._no_split_modules
