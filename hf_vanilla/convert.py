@@ -782,7 +782,7 @@ def _into_vanilla(tensor: torch.Tensor, row: W) -> torch.Tensor:
         tensor = tensor.T
     if row.row:
         tensor = tensor.squeeze(0)
-    return tensor.detach().clone(memory_format=torch.contiguous_format)
+    return tensor.detach()
 
 
 def _into_native(tensor: torch.Tensor, row: W) -> torch.Tensor:
@@ -874,8 +874,12 @@ class _Plan(NamedTuple):
     computed: tuple[_Pair, ...] = ()  # fixed sinusoid tables the source holds and the target computes itself
 
 
-def _make(plan: _Plan, name: str, read: Callable[[str], torch.Tensor]) -> torch.Tensor:
-    """The target tensor ``name``, contiguous and owning its storage, from the source tensors ``read`` gives."""
+def _make(plan: _Plan, name: str, read: Callable[[str], torch.Tensor], fresh: bool = False) -> torch.Tensor:
+    """The target tensor ``name``, contiguous and owning its storage, from the source tensors ``read`` gives.
+
+    ``fresh``: ``read`` returns new tensors nothing else holds (read from a file), so one that already is the
+    target tensor, whole and contiguous, is kept rather than copied (at size, a copy of the embedding is the
+    largest allocation of a streamed conversion)."""
     recipe = plan.recipes[name]
     if plan.into_vanilla:
         ((source, row),) = recipe.sources
@@ -883,10 +887,12 @@ def _make(plan: _Plan, name: str, read: Callable[[str], torch.Tensor]) -> torch.
         for alias in recipe.aliases:
             if not torch.equal(read(alias), tensor):
                 raise ValueError(f"{alias} differs from {source}; hf_vanilla holds a single {row.vanilla} for both.")
-        return _into_vanilla(tensor, row)
-    pieces = [_into_native(read(source), row) for source, row in recipe.sources]
-    joined = torch.cat(pieces, dim=-1) if len(pieces) > 1 else pieces[0]
-    return joined.clone(memory_format=torch.contiguous_format)
+        made = _into_vanilla(tensor, row)
+    else:
+        pieces = [_into_native(read(source), row) for source, row in recipe.sources]
+        made = torch.cat(pieces, dim=-1) if len(pieces) > 1 else pieces[0]
+    whole = made.is_contiguous() and made.storage_offset() == 0 and made.untyped_storage().nbytes() == made.nbytes
+    return made if fresh and whole else made.clone(memory_format=torch.contiguous_format)
 
 
 def _plan_from_hf(model: PreTrainedModel, source_names: set[str]) -> _Plan:
@@ -1251,7 +1257,7 @@ def _write_streamed(plan: _Plan, read: Callable[[str], torch.Tensor], out: Path,
         for filename, names in split.filename_to_tensors.items():
             shard = {}
             for name in names:
-                tensor = _make(plan, name, read)
+                tensor = _make(plan, name, read, fresh=True)
                 shard[name] = tensor.to(dtype) if tensor.is_floating_point() else tensor
                 if shard[name].shape != saved[name].shape:
                     raise ValueError(f"{name} comes out {tuple(shard[name].shape)}, the converted model needs "

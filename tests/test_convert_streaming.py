@@ -119,7 +119,7 @@ def test_each_shard_is_written_before_the_next_is_made(tmp_path, monkeypatch, ne
     native.save_pretrained(tmp_path / "native", max_shard_size=SHARD)
     events = []
     make, save = convert._make, convert.save_file
-    monkeypatch.setattr(convert, "_make", lambda plan, name, read: events.append(("make", name)) or make(plan, name, read))
+    monkeypatch.setattr(convert, "_make", lambda plan, name, read, **kw: events.append(("make", name)) or make(plan, name, read, **kw))
     monkeypatch.setattr(convert, "save_file", lambda shard, path, **kw: events.append(("save", sorted(shard))) or save(shard, path, **kw))
     convert_checkpoint(tmp_path / "native", tmp_path / "vanilla")
     made: list[str] = []
