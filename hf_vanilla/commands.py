@@ -89,7 +89,7 @@ def add_evaluate(subparsers: argparse._SubParsersAction) -> None:
 
 
 def add_convert(subparsers: argparse._SubParsersAction) -> None:
-    """``hf-vanilla convert SRC_DIR OUT_DIR [--to-native | --to-vanilla] [--overwrite]``."""
+    """``hf-vanilla convert SRC_DIR OUT_DIR [--to-native | --to-vanilla] [--overwrite] [--max-shard-size SIZE]``."""
     parser = subparsers.add_parser(
         "convert",
         help="convert a checkpoint between native transformers and hf_vanilla",
@@ -106,6 +106,8 @@ def add_convert(subparsers: argparse._SubParsersAction) -> None:
     direction.add_argument("--to-vanilla", action="store_true", help="require SRC_DIR to be a native checkpoint")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an earlier conversion in OUT_DIR (only the files convert wrote there)")
+    parser.add_argument("--max-shard-size", default=None, metavar="SIZE",
+                        help="largest weight file to write, e.g. 2GB (default: as large as SRC_DIR's largest shard)")
     parser.set_defaults(func=load_when_run("hf_vanilla.convert", "run_cli"))
 
 

@@ -32,13 +32,16 @@ from typing import Any, NamedTuple
 
 import torch
 import transformers
+from huggingface_hub import split_torch_state_dict_into_shards
 from safetensors import safe_open
+from safetensors.torch import save_file
 from torch import nn
-from transformers import PreTrainedConfig, PreTrainedModel
+from transformers import GenerationConfig, PreTrainedConfig, PreTrainedModel
+from transformers.modeling_utils import remove_tied_weights_from_state_dict
 from transformers.utils import logging
 
 from . import modeling_vanilla, variants
-from .checkpoint import PICKLE_SUFFIXES, load_complete
+from .checkpoint import PICKLE_SUFFIXES, load_complete, weight_files
 from .configuration_vanilla import VanillaConfig, field_default, field_is_active, rows_of
 from .errors import HfVanillaError, refuse
 from .files.atomic import staged_folder
@@ -751,7 +754,8 @@ def _is_tied(model: PreTrainedModel) -> bool:
     if output is None or embedding is None:
         return False
     a, b = output.weight, embedding.weight
-    return a is b or (a.shape == b.shape and a.device == b.device and a.data_ptr() == b.data_ptr())
+    # On the meta device every data_ptr() is 0: only the same Parameter is a tie there.
+    return a is b or (not a.is_meta and a.shape == b.shape and a.device == b.device and a.data_ptr() == b.data_ptr())
 
 
 class _Pair(NamedTuple):
@@ -792,7 +796,7 @@ def _into_vanilla(tensor: torch.Tensor, row: W) -> torch.Tensor:
         tensor = tensor.T
     if row.row:
         tensor = tensor.squeeze(0)
-    return tensor.detach().clone(memory_format=torch.contiguous_format)
+    return tensor.detach()
 
 
 def _into_native(tensor: torch.Tensor, row: W) -> torch.Tensor:
@@ -865,25 +869,48 @@ def _check_computed_positions(vanilla, computed: list, native_state: dict) -> No
             raise ValueError(f"{pair.native[0]} is not the sinusoid table hf_vanilla computes; it was changed.")
 
 
-def _join_parts(parts: dict, counts: dict) -> dict:
-    """Native tensors assembled from their hf_vanilla parts (concatenated on the last axis), contiguous."""
-    state = {}
-    for name, pieces in parts.items():
-        if len(pieces) != counts[name]:
-            raise RuntimeError(f"hf_vanilla.convert: {name} needs {counts[name]} parts, found {len(pieces)}.")
-        joined = torch.cat([pieces[i] for i in sorted(pieces)], dim=-1) if len(pieces) > 1 else pieces[0]
-        state[name] = joined.clone(memory_format=torch.contiguous_format)
-    return state
+class _Recipe(NamedTuple):
+    """How one target tensor is made from source tensors: each source name with its table row, in order (several:
+    the parts of a fused projection, joined on the last axis); ``aliases`` must hold the same numbers as the first
+    (a native checkpoint's shared embeddings, which hf_vanilla keeps once)."""
+
+    sources: tuple[tuple[str, W], ...]
+    aliases: tuple[str, ...] = ()
 
 
-def from_hf(model: PreTrainedModel) -> VanillaPreTrainedModel:
-    """The hf_vanilla model computing exactly what ``model`` (a native transformers model) computes.
+class _Plan(NamedTuple):
+    """A conversion decided before any weight is read: the target model on the meta device (config, generation
+    config, tensor names and shapes) and, for each of its tensors, the recipe that makes it."""
 
-    The weights are copied (the two models share no storage), the generation config comes along, and the
-    result is in the same train/eval mode. Raises ``ValueError`` naming every native setting hf_vanilla
-    cannot express (GPT-2's per-layer attention scaling, Marian's separate target vocabulary, ...).
-    """
+    target: PreTrainedModel
+    recipes: dict[str, _Recipe]
+    into_vanilla: bool
+    computed: tuple[_Pair, ...] = ()  # fixed sinusoid tables the source holds and the target computes itself
 
+
+def _make(plan: _Plan, name: str, read: Callable[[str], torch.Tensor], fresh: bool = False) -> torch.Tensor:
+    """The target tensor ``name``, contiguous and owning its storage, from the source tensors ``read`` gives.
+
+    ``fresh``: ``read`` returns new tensors nothing else holds (read from a file), so one that already is the
+    target tensor, whole and contiguous, is kept rather than copied (at size, a copy of the embedding is the
+    largest allocation of a streamed conversion)."""
+    recipe = plan.recipes[name]
+    if plan.into_vanilla:
+        ((source, row),) = recipe.sources
+        tensor = read(source)
+        for alias in recipe.aliases:
+            if not torch.equal(read(alias), tensor):
+                raise ValueError(f"{alias} differs from {source}; hf_vanilla holds a single {row.vanilla} for both.")
+        made = _into_vanilla(tensor, row)
+    else:
+        pieces = [_into_native(read(source), row) for source, row in recipe.sources]
+        made = torch.cat(pieces, dim=-1) if len(pieces) > 1 else pieces[0]
+    whole = made.is_contiguous() and made.storage_offset() == 0 and made.untyped_storage().nbytes() == made.nbytes
+    return made if fresh and whole else made.clone(memory_format=torch.contiguous_format)
+
+
+def _plan_from_hf(model: PreTrainedModel, source_names: set[str]) -> _Plan:
+    """What :func:`from_hf` makes of ``model`` (whose weights may be on the meta device), holding ``source_names``."""
     logger = logging.get_logger(__name__)
     arch, head = _native_spec(model)
     problems = Problems()
@@ -901,18 +928,12 @@ def from_hf(model: PreTrainedModel) -> VanillaPreTrainedModel:
         setattr(config, NATIVE_EXTRAS, {"model_type": arch.model_type, "fields": extras})
     vanilla = _skeleton(getattr(modeling_vanilla, head.vanilla), config)
     wanted = set(vanilla.state_dict())
-    native_state = model.state_dict()
-    if any(tensor.is_meta for tensor in native_state.values()):
-        raise ValueError(
-            f"{type(model).__name__} has weights on the meta device (offloaded with device_map?); load it fully "
-            "into memory before converting."
-        )
-    state: dict[str, torch.Tensor] = {}
+    recipes: dict[str, _Recipe] = {}
     used: set[str] = set()
     computed: list[_Pair] = []
     for pair in _pairs(arch, head, config, head.vanilla):
         source = pair.native[0]
-        if source not in native_state:
+        if source not in source_names:
             continue
         if pair.row.computed:
             computed.append(pair)
@@ -920,43 +941,30 @@ def from_hf(model: PreTrainedModel) -> VanillaPreTrainedModel:
             continue
         if pair.vanilla not in wanted:
             continue
-        tensor = native_state[source]
-        for alias in pair.native[1:]:
-            if alias in native_state and not torch.equal(native_state[alias], tensor):
-                raise ValueError(
-                    f"{alias} differs from {source}; hf_vanilla holds a single {pair.row.vanilla} for both."
-                )
-        used.update(name for name in pair.native if name in native_state)
-        state[pair.vanilla] = _into_vanilla(tensor, pair.row)
+        aliases = tuple(alias for alias in pair.native[1:] if alias in source_names)
+        used.update((source, *aliases))
+        recipes[pair.vanilla] = _Recipe(((source, pair.row),), aliases)
 
-    dropped = {name for pattern in head.dropped for name in _star(pattern) if name in native_state}
+    dropped = {name for pattern in head.dropped for name in _star(pattern) if name in source_names}
     if dropped:  # an intended drop: one line, the outputs hf_vanilla keeps are unchanged
         logger.warning(f"from_hf: dropped {', '.join(sorted(dropped))}: {head.vanilla} has no place for them "
                        f"(it returns the hidden states, which are unchanged).")
-    unmatched = sorted(set(native_state) - used - dropped)
-    missing = sorted(wanted - set(state))
+    unmatched = sorted(source_names - used - dropped)
+    missing = sorted(wanted - set(recipes))
     if unmatched or missing:
         raise ValueError(
             f"Cannot convert {type(model).__name__} exactly: native tensors without a counterpart {unmatched}, "
             f"hf_vanilla tensors without a source {missing}."
         )
-    _fill(vanilla, state)
-    _check_computed_positions(vanilla, computed, native_state)
-
     if vanilla.can_generate() and getattr(model, "generation_config", None) is not None:
         vanilla.generation_config = copy.deepcopy(model.generation_config)
         if config.is_encoder_decoder and vanilla.generation_config.decoder_start_token_id is None:
             vanilla.generation_config.decoder_start_token_id = config.decoder_start_token_id
-    return vanilla.train(model.training)
+    return _Plan(vanilla, recipes, into_vanilla=True, computed=tuple(computed))
 
 
-def to_hf(model: VanillaPreTrainedModel, model_type: str | None = None) -> PreTrainedModel:
-    """The native transformers model computing exactly what ``model`` computes.
-
-    The target architecture is the one whose tables match the config (``model_type`` forces one). When no
-    native architecture can express the model, ``ValueError`` lists, per candidate, every option without a
-    native counterpart (e.g. ``position_embedding_type='alibi'``); dropout differences only warn.
-    """
+def _plan_to_hf(model: VanillaPreTrainedModel, source_names: set[str], model_type: str | None = None) -> _Plan:
+    """What :func:`to_hf` makes of ``model`` (whose weights may be on the meta device), holding ``source_names``."""
     logger = logging.get_logger(__name__)
     config, head_class = model.config, type(model).__name__
     candidates = [
@@ -995,32 +1003,69 @@ def to_hf(model: VanillaPreTrainedModel, model_type: str | None = None) -> PreTr
 
     native = _skeleton(getattr(transformers, native_class), native_config, **head.init_kwargs)
     wanted = set(native.state_dict())
-    vanilla_state = model.state_dict()
-    parts: dict[str, dict[int, torch.Tensor]] = {}
+    parts: dict[str, dict[int, tuple[str, W]]] = {}
     counts: dict[str, int] = {}
     used: set[str] = set()
+    computed: set[str] = set()
     for pair in _pairs(arch, head, config, head_class):
+        if pair.row.computed:
+            computed.update(pair.native)
+            continue
         targets = [name for name in pair.native if name in wanted]
-        if pair.row.computed or pair.vanilla not in vanilla_state or not targets:
+        if pair.vanilla not in source_names or not targets:
             continue
         used.add(pair.vanilla)
-        tensor = _into_native(vanilla_state[pair.vanilla], pair.row)
         index, count = pair.row.part or (0, 1)
         for name in targets:
-            parts.setdefault(name, {})[index] = tensor
+            parts.setdefault(name, {})[index] = (pair.vanilla, pair.row)
             counts[name] = count
-    state = _join_parts(parts, counts)
-    computed = {name for pair in _pairs(arch, head, config, head_class) if pair.row.computed for name in pair.native}
-    unmatched = sorted(set(vanilla_state) - used)
-    missing = sorted(wanted - set(state) - computed)
+    for name, pieces in parts.items():
+        if len(pieces) != counts[name]:
+            raise RuntimeError(f"hf_vanilla.convert: {name} needs {counts[name]} parts, found {len(pieces)}.")
+    recipes = {name: _Recipe(tuple(pieces[i] for i in sorted(pieces))) for name, pieces in parts.items()}
+    unmatched = sorted(source_names - used)
+    missing = sorted(wanted - set(recipes) - computed)
     if unmatched or missing:
         raise ValueError(
             f"Cannot convert {head_class} to {native_class} exactly: hf_vanilla tensors without a counterpart "
             f"{unmatched}, native tensors without a source {missing}."
         )
-    _fill(native, state)
     if native.can_generate() and model.can_generate():
         native.generation_config = copy.deepcopy(model.generation_config)
+    return _Plan(native, recipes, into_vanilla=False)
+
+
+def from_hf(model: PreTrainedModel) -> VanillaPreTrainedModel:
+    """The hf_vanilla model computing exactly what ``model`` (a native transformers model) computes.
+
+    The weights are copied (the two models share no storage), the generation config comes along, and the
+    result is in the same train/eval mode. Raises ``ValueError`` naming every native setting hf_vanilla
+    cannot express (GPT-2's per-layer attention scaling, Marian's separate target vocabulary, ...).
+    """
+    native_state = model.state_dict()
+    if any(tensor.is_meta for tensor in native_state.values()):
+        raise ValueError(
+            f"{type(model).__name__} has weights on the meta device (offloaded with device_map?); load it fully "
+            "into memory before converting."
+        )
+    plan = _plan_from_hf(model, set(native_state))
+    vanilla = plan.target
+    _fill(vanilla, {name: _make(plan, name, native_state.__getitem__) for name in plan.recipes})
+    _check_computed_positions(vanilla, list(plan.computed), native_state)
+    return vanilla.train(model.training)
+
+
+def to_hf(model: VanillaPreTrainedModel, model_type: str | None = None) -> PreTrainedModel:
+    """The native transformers model computing exactly what ``model`` computes.
+
+    The target architecture is the one whose tables match the config (``model_type`` forces one). When no
+    native architecture can express the model, ``ValueError`` lists, per candidate, every option without a
+    native counterpart (e.g. ``position_embedding_type='alibi'``); dropout differences only warn.
+    """
+    vanilla_state = model.state_dict()
+    plan = _plan_to_hf(model, set(vanilla_state), model_type)
+    native = plan.target
+    _fill(native, {name: _make(plan, name, vanilla_state.__getitem__) for name in plan.recipes})
     return native.train(model.training)
 
 
@@ -1096,7 +1141,14 @@ def _read_model_type(src: Path) -> str:
     return model_type
 
 
-def _load_native(src: Path, model_type: str) -> PreTrainedModel:
+def _source_class(src: Path, model_type: str) -> tuple[type, PreTrainedConfig, dict[str, Any]]:
+    """The class a checkpoint's model is, its config, and the keyword arguments it is built with."""
+    if model_type == "vanilla":
+        config = VanillaConfig.from_pretrained(src, local_files_only=True)
+        default = {"encoder": "VanillaForMaskedLM", "decoder": "VanillaForCausalLM",
+                   "encoder-decoder": "VanillaForSeq2SeqLM"}[config.architecture]
+        name = next((n for n in (config.architectures or []) if hasattr(modeling_vanilla, n)), default)
+        return getattr(modeling_vanilla, name), config, {}
     arch = ARCHITECTURES.get(model_type)
     if arch is None:
         raise ValueError(
@@ -1114,10 +1166,13 @@ def _load_native(src: Path, model_type: str) -> PreTrainedModel:
     # (no alarming "UNEXPECTED" load report) and from_hf drops it with one line; without one, without it
     # (init_kwargs), so nothing is randomly initialised either.
     holds_dropped = any(key in _tensor_names(src) for pattern in head.dropped for key in _star(pattern))
-    init_kwargs = {} if holds_dropped else head.init_kwargs
-    return load_complete(
-        getattr(transformers, name), src, config=config, local_files_only=True, dtype="auto", **init_kwargs
-    )
+    return getattr(transformers, name), config, {} if holds_dropped else dict(head.init_kwargs)
+
+
+def _load_source(src: Path, model_type: str) -> PreTrainedModel:
+    """The checkpoint's model, loaded whole (the path for checkpoints :class:`_LazyCheckpoint` cannot stream)."""
+    model_class, config, init_kwargs = _source_class(src, model_type)
+    return load_complete(model_class, src, config=config, local_files_only=True, dtype="auto", **init_kwargs)
 
 
 def _tensor_names(src: Path) -> set[str]:
@@ -1132,12 +1187,128 @@ def _tensor_names(src: Path) -> set[str]:
     return names
 
 
-def _load_vanilla(src: Path) -> VanillaPreTrainedModel:
-    config = VanillaConfig.from_pretrained(src, local_files_only=True)
-    default = {"encoder": "VanillaForMaskedLM", "decoder": "VanillaForCausalLM",
-               "encoder-decoder": "VanillaForSeq2SeqLM"}[config.architecture]
-    name = next((n for n in (config.architectures or []) if hasattr(modeling_vanilla, n)), default)
-    return load_complete(getattr(modeling_vanilla, name), src, config=config, local_files_only=True, dtype="auto")
+def _saved_tensors(model: PreTrainedModel) -> dict[str, torch.Tensor]:
+    """The tensors ``save_pretrained`` writes for ``model`` (meta ones will do): no tied copies, nothing it skips."""
+    state = model.state_dict()
+    for name in model._keys_to_ignore_on_save or ():
+        state.pop(name, None)
+    return remove_tied_weights_from_state_dict(state, model)
+
+
+class _LazyCheckpoint:
+    """A safetensors checkpoint folder's tensors, read one at a time, each file opened for one read only (so the
+    memory a read maps is released with it), under the names the model built on the meta device gives them."""
+
+    def __init__(self, src: Path, skeleton: PreTrainedModel) -> None:
+        files = [src / name for name in weight_files(src) if name.endswith(".safetensors")]
+        self.shard_bytes = [_data_bytes(path) for path in files]
+        self.file: dict[str, Path] = {}
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        self.dtypes: dict[str, str] = {}
+        for path in files:
+            with safe_open(path, framework="pt") as handle:
+                for name in handle.keys():
+                    tensor = handle.get_slice(name)
+                    self.file[name], self.shapes[name], self.dtypes[name] = path, tuple(tensor.get_shape()), tensor.get_dtype()
+        # Every name of the model's state, tied copies included, and the saved tensor each one reads.
+        self.saved_name: dict[str, str] = {}
+        owner: dict[int, str] = {}
+        saved = _saved_tensors(skeleton)
+        for name in sorted(skeleton.state_dict(), key=lambda n: n not in saved):
+            self.saved_name[name] = owner.setdefault(id(skeleton.get_parameter_or_buffer(name)), name)
+        self.expected = {name: tuple(tensor.shape) for name, tensor in saved.items()}
+
+    @property
+    def streamable(self) -> bool:
+        """Whether the files hold exactly the tensors the model saves, in its shapes: nothing for transformers'
+        loading to rename, fill in or drop (an older layout, a missing weight is loaded whole and checked there)."""
+        return bool(self.file) and self.shapes == self.expected
+
+    @property
+    def names(self) -> set[str]:
+        return set(self.saved_name)
+
+    def dtype(self, config: PreTrainedConfig) -> torch.dtype:
+        """The dtype ``from_pretrained(dtype="auto")`` loads in: the config's, else the files' commonest float."""
+        if isinstance(getattr(config, "dtype", None), torch.dtype):
+            return config.dtype
+        floats = [getattr(torch, _SAFETENSORS_DTYPES[d]) for d in self.dtypes.values() if d in _SAFETENSORS_DTYPES]
+        return max(set(floats), key=floats.count) if floats else torch.get_default_dtype()
+
+    def read(self, name: str) -> torch.Tensor:
+        saved = self.saved_name[name]
+        with safe_open(self.file[saved], framework="pt") as handle:
+            return handle.get_tensor(saved)
+
+
+def _data_bytes(path: Path) -> int:
+    """The bytes of tensor data a safetensors file holds (what ``max_shard_size`` counts): all but its header."""
+    with path.open("rb") as handle:
+        header = int.from_bytes(handle.read(8), "little")
+    return path.stat().st_size - 8 - header
+
+
+_SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+
+
+def _shard_size(source_shards: list[int], max_shard_size: int | str | None) -> int | str:
+    """Shards as large as the source's largest, unless the caller says otherwise; save_pretrained's default (one
+    file up to 50 GB) for a source in one file."""
+    if max_shard_size is not None:
+        return max_shard_size
+    return max(source_shards) if len(source_shards) > 1 else "50GB"
+
+
+def _write_streamed(plan: _Plan, read: Callable[[str], torch.Tensor], out: Path, dtype: torch.dtype,
+                    max_shard_size: int | str) -> None:
+    """Save ``plan``'s target in ``out`` as ``save_pretrained`` would, making and writing one shard at a time."""
+    target = plan.target.to(dtype)  # on the meta device: the dtype save_pretrained records and the shard sizes
+    target.save_pretrained(out, state_dict={})  # the config, generation config and code, no weights
+    saved = _saved_tensors(target)
+    split = split_torch_state_dict_into_shards(saved, filename_pattern="model{suffix}.safetensors",
+                                               max_shard_size=max_shard_size)
+    with logging.tqdm(total=len(saved), desc="Converting weights", unit="tensor") as progress:
+        for filename, names in split.filename_to_tensors.items():
+            shard = {}
+            for name in names:
+                tensor = _make(plan, name, read, fresh=True)
+                shard[name] = tensor.to(dtype) if tensor.is_floating_point() else tensor
+                if shard[name].shape != saved[name].shape:
+                    raise ValueError(f"{name} comes out {tuple(shard[name].shape)}, the converted model needs "
+                                     f"{tuple(saved[name].shape)}: the checkpoint's config.json and weights disagree.")
+                progress.update()
+            save_file(shard, out / filename, metadata={"format": "pt"})
+            del shard  # before the next shard is made
+    if split.is_sharded:
+        index = {"metadata": {"total_parameters": target.num_parameters(), **split.metadata},
+                 "weight_map": split.tensor_to_filename}
+        (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+
+
+def _convert_weights(src: Path, model_type: str, out: Path, max_shard_size: int | str | None) -> tuple[str, str]:
+    """Write the conversion of the checkpoint in ``src`` into ``out``; return the source and target class names.
+
+    Shard by shard when the source's safetensors hold exactly its model's tensors: the model is built on the meta
+    device from the config, each target tensor is made from the source tensors it needs, read one at a time,
+    and each shard is written as soon as it is made, so memory holds one shard, not the model. Any other
+    checkpoint (an older layout transformers renames on loading, missing or extra weights) is loaded whole and
+    checked by loading, as before.
+    """
+    model_class, config, init_kwargs = _source_class(src, model_type)
+    source = _skeleton(model_class, config, **init_kwargs)
+    if source.can_generate() and (src / "generation_config.json").is_file():
+        source.generation_config = GenerationConfig.from_pretrained(src, local_files_only=True)
+    lazy = _LazyCheckpoint(src, source)
+    if lazy.streamable:
+        plan = _plan_to_hf(source, lazy.names) if model_type == "vanilla" else _plan_from_hf(source, lazy.names)
+        if not plan.computed and set(_saved_tensors(plan.target)) <= set(plan.recipes):
+            _write_streamed(plan, lazy.read, out, lazy.dtype(config), _shard_size(lazy.shard_bytes, max_shard_size))
+            return type(source).__name__, type(plan.target).__name__
+    # Marian's sinusoids are checked against, or recomputed by, a real model: it is small enough to load whole.
+    loaded = _load_source(src, model_type)
+    target = to_hf(loaded) if model_type == "vanilla" else from_hf(loaded)
+    target.save_pretrained(out, max_shard_size=_shard_size(lazy.shard_bytes, max_shard_size))
+    return type(loaded).__name__, type(target).__name__
 
 
 def _copy_side_files(src: Path, out: Path) -> list[str]:
@@ -1170,7 +1341,8 @@ def _sentence_transformers_modules(src: Path) -> list[str]:
 
 
 def convert_checkpoint(
-    src_dir: str | Path, out_dir: str | Path, to_native: bool | None = None, overwrite: bool = False
+    src_dir: str | Path, out_dir: str | Path, to_native: bool | None = None, overwrite: bool = False,
+    max_shard_size: int | str | None = None,
 ) -> ConversionReport:
     """Convert a checkpoint directory: native -> hf_vanilla, or hf_vanilla -> native.
 
@@ -1180,6 +1352,10 @@ def convert_checkpoint(
     tokenizer files (and any other non-weight files) are copied unchanged, and so are the module folders of a
     sentence-transformers checkpoint (``modules.json``: ``1_Pooling/``, ...). Everything is read from local
     files only.
+
+    The weights stream shard by shard (memory holds about one shard, not the model), with a progress bar, into
+    shards as large as the source's largest, or ``max_shard_size`` (``"2GB"``, as ``save_pretrained``), with an
+    index when there are several.
     """
     src, out = Path(src_dir), Path(out_dir)
     model_type = _read_model_type(src)
@@ -1193,18 +1369,16 @@ def convert_checkpoint(
         raise ValueError(f"OUT_DIR {out} must neither be SRC_DIR nor hold it: choose a new folder for the result.")
     folder = OutputFolder(out, "conversion")
     folder.check(overwrite=overwrite)
-    source = _load_vanilla(src) if is_vanilla else _load_native(src, model_type)
-    target = to_hf(source) if is_vanilla else from_hf(source)
     if os.path.lexists(out):  # an empty folder, a link to one, or an earlier conversion: only its own files go
         with folder.replacing(overwrite=overwrite) as staging:
-            target.save_pretrained(staging)
+            classes = _convert_weights(src, model_type, staging, max_shard_size)
             copied = _copy_side_files(src, staging)
     else:
         with staged_folder(out) as staging:  # a new OUT_DIR appears complete or not at all
-            target.save_pretrained(staging)
+            classes = _convert_weights(src, model_type, staging, max_shard_size)
             copied = _copy_side_files(src, staging)
             OutputFolder(staging, "conversion").add(path.name for path in staging.iterdir())
-    return ConversionReport(type(source).__name__, type(target).__name__, out, copied)
+    return ConversionReport(*classes, out, copied)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1215,7 +1389,8 @@ def run_cli(args: argparse.Namespace) -> int:
     """``hf-vanilla convert`` (its arguments are in :mod:`hf_vanilla.commands`)."""
     to_native = True if args.to_native else False if args.to_vanilla else None
     try:
-        report = convert_checkpoint(args.src_dir, args.out_dir, to_native=to_native, overwrite=args.overwrite)
+        report = convert_checkpoint(args.src_dir, args.out_dir, to_native=to_native, overwrite=args.overwrite,
+                                    max_shard_size=args.max_shard_size)
     except (HfVanillaError, ValueError, OSError) as error:  # bad options, a busy folder, unreadable files: a sentence
         return refuse("convert", error)
     print(f"{report.source_class} -> {report.target_class}: wrote {report.out_dir}")

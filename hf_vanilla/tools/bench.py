@@ -615,6 +615,15 @@ def log_message(message: object) -> None:
 
 
 def run_from_args(args: argparse.Namespace) -> int:
+    if args.size:  # the size ladder: its own rows, each in a fresh process
+        from .ladder import Options, run_ladder
+
+        try:
+            run_ladder(Options(sizes=args.size, work=args.work, json=args.json, threads=args.threads), log=log_message)
+        except MemoryError as error:
+            print(f"hf-vanilla bench: {error}", file=sys.stderr)
+            return 1
+        return 0
     rows = run_benchmark(pairs=args.pairs, measures=args.measures, tiny=args.tiny, repeats=args.repeats,
                          threads=args.threads, compile=args.compile, attn=args.attn, control=args.control, log=log_message)
     print(format_table(rows))

@@ -12,6 +12,7 @@ from ..extras import load_when_run
 
 PAIRS = ("llama", "gpt2", "bert", "bart")
 MEASURES = ("train", "forward", "generate", "memory", "attention-memory")
+SIZES = ("124m", "350m", "1b")  # the ladder's rungs (hf_vanilla.tools.ladder.SIZES)
 DESCRIPTION = __doc__.split("\n\n")[0]
 
 
@@ -26,6 +27,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attn", default="sdpa", choices=("sdpa", "eager"), help="attention backend of both models")
     parser.add_argument("--control", action="store_true",
                         help="also time an identical copy of ours: the A/A column, how far noise alone moves a ratio")
+    parser.add_argument("--size", nargs="+", choices=SIZES, default=None,
+                        help="instead: the size ladder at the user's size (GPT-2 124M, Llama 350M, TinyLlama 1.1B), "
+                        "each measurement in a fresh process against the twin (see hf_vanilla.tools.ladder)")
+    parser.add_argument("--work", metavar="DIR", default=None,
+                        help="with --size: where the checkpoints are written (default: the system's temporary folder)")
     parser.add_argument("--json", metavar="FILE", help="write the rows as JSON: "
                         "[{name, ours, reference, unit, ratio, control_ratio}]")
 
@@ -37,4 +43,4 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=load_when_run("hf_vanilla.tools.bench", "run_from_args"))
 
 
-__all__ = ["DESCRIPTION", "MEASURES", "PAIRS", "add_arguments", "add_cli"]
+__all__ = ["DESCRIPTION", "MEASURES", "PAIRS", "SIZES", "add_arguments", "add_cli"]

@@ -1,0 +1,52 @@
+"""The size ladder (hf-vanilla bench --size): its smallest rung end to end at tiny shapes, structure only (no
+timing asserts); the real rungs are a script's job (docs/performance.md, "At the user's size")."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from hf_vanilla.tools import bench_cli, ladder
+from hf_vanilla.tools.ladder import SIZES, format_table, run_child, run_in_process
+
+ROWS = [
+    "convert-to-vanilla peak / checkpoint", "convert-to-native peak / checkpoint", "meta build time",
+    "load bf16 time", "load bf16 peak RSS", "load-remote time", "load-remote peak RSS", "save_pretrained time",
+    "save_pretrained peak RSS", "forward bf16", "train step fp32 AdamW time", "train step fp32 AdamW peak RSS",
+    "train step fp32 AdamW + checkpointing time", "train step fp32 AdamW + checkpointing peak RSS",
+    "generate b1 bf16 (tokens identical)", "generate b8 bf16 (tokens identical)",
+]
+
+
+def test_the_tiny_rung_measures_every_row_against_the_twin(tmp_path):
+    specs = []
+
+    def run(spec):
+        specs.append(spec)
+        # trust_remote_code without the package needs a process that never imported it; the rest runs here.
+        return run_child(spec) if spec["kind"] == "load-remote" else run_in_process(spec)
+
+    rows = ladder.ladder("tiny", tmp_path, run=run, log=lambda message: None)
+    assert [row.name for row in rows] == ROWS
+    for row in rows:
+        assert all(math.isfinite(value) and value >= 0 for value in (row.ours, row.twin, row.control)), row
+    timed = [row for row in rows if row.unit in ("s", "tokens/s")]
+    assert all(row.ours > 0 and row.twin > 0 and row.ratio > 0 for row in timed)
+    # ours is measured on the converted folder, the twin (twice: the A/A control) on its own
+    for kind in ("load", "save", "forward", "train", "generate", "meta"):
+        sides = [(spec["side"], spec["dir"].rsplit("/", 1)[-1]) for spec in specs if spec["kind"] == kind]
+        assert sides[:3] == [("ours", "ours"), ("twin", "twin"), ("twin", "twin")], kind
+    assert "| load bf16 time |" in format_table("tiny", rows)
+
+
+def test_a_size_that_does_not_fit_is_refused_before_anything_is_built(tmp_path, monkeypatch):
+    monkeypatch.setattr(ladder, "available_bytes", lambda: 2 * 1024**3)
+    built = []
+    with pytest.raises(MemoryError, match=r"--size 350m needs about 7\.0 GiB .* 2\.0 GiB is available"):
+        ladder.ladder("350m", tmp_path, run=built.append)
+    assert built == [] and list(tmp_path.iterdir()) == []
+
+
+def test_the_bench_command_offers_the_real_rungs():
+    assert set(bench_cli.SIZES) == set(SIZES) - {"tiny"}
