@@ -145,12 +145,12 @@ def test_refusals_from_the_folder_and_arguments_alone_come_as_fast_as_help(tmp_p
         ("scripts/main_job.py", "--output-dir", str(busy)): (2, "in progress"),
         ("scripts/main_job.py", "--output-dir", str(finished), "--resume", "--seed", "9"): (2, "--seed (seed) 0, not 9"),
         ("-m", "hf_vanilla.cli", "train", "--task", "clm", "--output-dir", str(finished)):
-            (1, "already holds a training run"),
-        ("-m", "hf_vanilla.cli", "train", "--task", "clm", "--output-dir", str(busy)): (1, "in progress"),
+            (2, "already holds a training run"),
+        ("-m", "hf_vanilla.cli", "train", "--task", "clm", "--output-dir", str(busy)): (2, "in progress"),
         ("-m", "hf_vanilla.cli", "train", "--task", "clm", "--output-dir", str(finished), "--resume"):
-            (1, "--vocab-size (vocab_size) 4096, not 8000"),
+            (2, "--vocab-size (vocab_size) 4096, not 8000"),
         ("-m", "hf_vanilla.cli", "push", str(interrupted), "someone/run"):
-            (1, "bash scripts/main_job.sh --output-dir runs/x --resume"),
+            (2, "bash scripts/main_job.sh --output-dir runs/x --resume"),
     }
     ratios = {}
     with OutputFolder(busy).locked():

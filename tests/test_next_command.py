@@ -255,10 +255,10 @@ def test_push_of_an_interrupted_main_job_names_the_main_jobs_command_and_it_fini
         ctrl_c_during_evaluation(patch)
         assert main_job.main(["--output-dir", str(run_dir), "--max-steps", "2"]) == 130
     capsys.readouterr()
-    assert hf_vanilla_main(["push", str(run_dir), "someone/model"]) == 1
+    assert hf_vanilla_main(["push", str(run_dir), "someone/model"]) == 2
     refusal = capsys.readouterr().err
     assert refusal.startswith("hf-vanilla push: refusing to push") and "main_job.sh" in refusal
-    assert hf_vanilla_main(["push", str(run_dir), "someone/model", "--allow-incomplete"]) == 1
+    assert hf_vanilla_main(["push", str(run_dir), "someone/model", "--allow-incomplete"]) == 2
     incomplete = capsys.readouterr().err
     assert "has not saved its model yet" not in incomplete and "training finished (step 2 of 2)" in incomplete
     assert advised(incomplete) == advised(refusal)

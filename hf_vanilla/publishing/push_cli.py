@@ -4,9 +4,9 @@ answers at once; the push itself, :mod:`hf_vanilla.publishing.hub`, is imported 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
+from ..errors import HfVanillaError, refuse
 from ..extras import load_when_run
 from .unfinished import check_before_upload
 
@@ -87,9 +87,8 @@ def run(args: argparse.Namespace) -> int:
     """Refuse what the folder alone refuses (an unfinished run, no folder) at once, then push."""
     try:
         check_before_upload(Path(args.run_dir), args.allow_incomplete)
-    except (ValueError, OSError) as error:
-        print(f"hf-vanilla push: {error}", file=sys.stderr)
-        return 1
+    except (HfVanillaError, ValueError, OSError) as error:
+        return refuse("push", error)
     return load_when_run("hf_vanilla.publishing.hub", "run_cli")(args)
 
 
