@@ -19,7 +19,6 @@ from .transformers_releases import is_plan_given_back
 
 # isort: split
 import copy
-import dataclasses
 import importlib
 import inspect
 import math
@@ -221,8 +220,7 @@ class VanillaConfig(PreTrainedConfig):
     max_position_embeddings: int = 512
     position_offset: int = 0
     sinusoidal_layout: str = "interleaved"
-    # A factory, not a default, leaves no class attribute: a config without RoPE has no rope_parameters at all.
-    rope_parameters: dict | None = dataclasses.field(default_factory=lambda: None)
+    rope_parameters: dict | None = None
     relative_attention_num_buckets: int = 32
     relative_attention_max_distance: int = 128
     norm_position: str = "post"
@@ -297,9 +295,9 @@ class VanillaConfig(PreTrainedConfig):
         check_inactive_options(self, rope_scaling=kwargs.get("rope_scaling"))
         super().__post_init__(**kwargs)
         if not field_is_active("rope_parameters", self):
-            # As GPT-2's config: tools (transformers' common tests among them) take hasattr(config, "rope_parameters")
-            # to mean RoPE; the base class's defaults would only mislead.
-            self.__dict__.pop("rope_parameters", None)
+            # The base class fills in RoPE defaults; without RoPE they would only mislead. The field stays (None), as
+            # every field does: comparing, copying and validating a dataclass read every field.
+            self.rope_parameters = None
         # Checked here as well as by `@strict` so the error is a plain ValueError naming the field.
         self.check_fields()
 
@@ -523,9 +521,8 @@ def inactive_rule(name: str) -> tuple[str, Callable[["VanillaConfig"], bool], An
 
 
 def field_default(name: str) -> Any:
-    """A field's default value, also for a field declared with a factory (``rope_parameters``)."""
-    declared = VanillaConfig.__dataclass_fields__[name]
-    return declared.default_factory() if declared.default is dataclasses.MISSING else declared.default
+    """A field's default value."""
+    return VanillaConfig.__dataclass_fields__[name].default
 
 
 def field_is_active(name: str, config: "VanillaConfig") -> bool:
@@ -545,7 +542,7 @@ def check_inactive_options(
         condition, active, default = inactive_rule(name)
         if active(config):
             continue
-        value = getattr(config, name, default)  # rope_parameters exists only with RoPE (or once a tool assigns it)
+        value = getattr(config, name)
         if name == "rope_parameters":
             value = rope_scaling or value
             ignored = value is not None and value not in _BASE_ROPE_DEFAULTS

@@ -165,7 +165,7 @@ def _differs(native: Any, name: str, other: str, problems: Problems, soft: bool 
 
 def _llama_unsupported(native: Any, problems: Problems) -> None:
     # Llama's default RoPE rotates the whole head; hf_vanilla would honour a partial factor.
-    # getattr's default: a VanillaConfig (to_hf checks ours here too) has rope_parameters only with RoPE.
+    # None without RoPE (a VanillaConfig's, which to_hf checks here too).
     factor = (getattr(native, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0)
     if factor != 1.0:
         problems.hard.append(f"rope_parameters['partial_rotary_factor']={factor} (Llama ignores it)")
@@ -681,9 +681,8 @@ def _to_vanilla_config(model: PreTrainedModel, arch: Architecture, head: Head) -
 def _native_fields(config: VanillaConfig, arch: Architecture, problems: Problems) -> dict[str, Any]:
     # None in a VanillaConfig field means "the default" (classifier_dropout, decoder_start_token_id): leave the
     # native config its own default rather than a None its strict validation may refuse.
-    # getattr's default: rope_parameters exists only on a config with RoPE.
-    fields = {theirs: copy.deepcopy(getattr(config, ours, None)) for ours, theirs in arch.renamed.items()
-              if getattr(config, ours, None) is not None}
+    fields = {theirs: copy.deepcopy(getattr(config, ours)) for ours, theirs in arch.renamed.items()
+              if getattr(config, ours) is not None}
     fields.update(arch.to_native(config, problems))
     fields.update(
         pad_token_id=config.pad_token_id,
