@@ -18,7 +18,6 @@ the differences between the supported ones); modeling_vanilla.py and positional.
 from .transformers_releases import is_plan_given_back
 
 # isort: split
-import copy
 import importlib
 import inspect
 import math
@@ -380,17 +379,16 @@ class VanillaConfig(PreTrainedConfig):
                 )
         refuse_attention_dropping_bias(self, self._attn_implementation)
 
-    def get_text_config(self, decoder: bool | None = None, encoder: bool | None = None) -> PreTrainedConfig:
-        """With ``decoder=True``, a view whose ``num_hidden_layers`` is the decoder's depth.
+    def get_text_config(self, decoder: bool | None = None, encoder: bool | None = None) -> "VanillaConfig | DecoderSide":
+        """The config itself, as for a config without sub-configs: what is written through it (RoPE scaling, by
+        transformers' tests and tools) reaches the model. transformers would give a flat encoder-decoder a copy.
 
-        transformers sizes KV caches from ``get_text_config(decoder=True).num_hidden_layers``; in an
-        encoder-decoder that must count decoder layers, which may differ from the encoder's.
+        The decoder's side of an encoder-decoder whose depths differ is a :class:`DecoderSide` instead: transformers
+        sizes KV caches from ``get_text_config(decoder=True).num_hidden_layers``, which must count decoder layers.
         """
-        config = super().get_text_config(decoder=decoder, encoder=encoder)
         if decoder and not encoder and self.is_encoder_decoder and self.num_decoder_layers != self.num_hidden_layers:
-            config = copy.deepcopy(self)
-            config.num_hidden_layers = self.num_decoder_layers
-        return config
+            return DecoderSide.of(self)
+        return self
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: Any, **kwargs: Any) -> "VanillaConfig":
@@ -443,6 +441,25 @@ class VanillaConfig(PreTrainedConfig):
                 raise
             raise ImportError("VanillaConfig.from_preset: presets need the hf_vanilla package (pip install hf_vanilla)") from None
         return cls(**presets.preset_fields(name, overrides))
+
+
+class DecoderSide(VanillaConfig):
+    """The decoder of an encoder-decoder seen as a config of its own: ``num_hidden_layers`` is the decoder's depth
+    (``num_decoder_layers``). It shares the config's attributes, so what is written to it is written to the config."""
+
+    @classmethod
+    def of(cls, config: VanillaConfig) -> "DecoderSide":
+        side = object.__new__(cls)
+        object.__setattr__(side, "__dict__", config.__dict__)  # one set of attributes for both
+        return side
+
+    @property
+    def num_hidden_layers(self) -> int:
+        return self.num_decoder_layers
+
+    @num_hidden_layers.setter
+    def num_hidden_layers(self, value: int) -> None:
+        self.num_decoder_layers = value
 
 
 #: Largest initialisation spread accepted: weights drawn wider overflow float32 products within a layer or two.
