@@ -77,7 +77,8 @@ def refusal(config: dict[str, Any]) -> str | None:
     """Why vLLM's Transformers backend cannot serve the model of this config.json, or None."""
     if config.get("model_type") != "vanilla":
         return None  # a native transformers model: vLLM decides
-    from hf_vanilla.configuration_vanilla import VanillaConfig, vllm_refusals  # the table of variants decides
+    from hf_vanilla.configuration_vanilla import VanillaConfig  # the table of variants decides
+    from hf_vanilla.transformers_releases import vllm_refusals
 
     refusals = vllm_refusals(VanillaConfig.from_dict(config))
     if refusals:
