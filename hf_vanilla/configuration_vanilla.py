@@ -10,32 +10,35 @@ chosen scheme, norm or family would ignore is refused. Keys that are not options
 transformers' own configs do (tools add attributes), and named once in the log.
 
 This file travels to the Hub with the model: it imports only transformers, the standard library and its siblings.
-It imports transformers_releases.py first, which refuses a release older than the model files support (and bridges
-the differences between the supported ones); modeling_vanilla.py and positional.py import this file first.
+It imports transformers_releases.py first, which refuses a release older than the model files support, bridges the
+differences between the supported ones and decides the attention implementation when it is set (an engine's, one
+that drops a bias); modeling_vanilla.py and positional.py import this file first.
 """
 
 # First: transformers_releases refuses a transformers release older than these files support.
-from .transformers_releases import is_plan_given_back
+from .transformers_releases import (
+    PASSED_THROUGH,
+    AttentionDecidedWhenSet,
+    field_errors_as_value_errors,
+    is_plan_given_back,
+    refuse_attention_dropping_bias,
+    rows_of,
+)
 
 # isort: split
-import copy
 import importlib
-import inspect
 import math
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from huggingface_hub.dataclasses import StrictDataclassFieldValidationError, strict
+from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import logging
 
-from . import variants
 from .variants import (
     NON_DEFAULT,
     TP_SPLIT,
     VARIANTS,
-    VLLM_CLASSIFIER_REFUSAL,
     Variant,
     activating_values,
     fields_with_conditions,
@@ -54,23 +57,6 @@ OTHER_CHOICES: dict[str, tuple[str, ...]] = {
 }
 #: Plans transformers reads from a config's class; hf_vanilla derives them from the fields (see parallel plans below).
 _DERIVED_PLANS = ("base_model_tp_plan", "base_model_pp_plan")
-
-# Keyword arguments transformers itself passes to a config besides its fields (loading, legacy, runtime): kept
-# without comment. Any other unknown key is kept too (as PreTrainedConfig does), and named once in the log.
-_PASSED_THROUGH = frozenset(
-    {
-        "num_labels", "auto_map", "model_type", "name_or_path", "_name_or_path", "torch_dtype", "attn_implementation",
-        "output_attentions", "experts_implementation", "per_layer_config", "_commit_hash", "rope_scaling",
-        "rope_theta", "partial_rotary_factor", "_attn_implementation_internal", "_experts_implementation_internal",
-        "transformers_version",
-        # generation settings older checkpoints stored in config.json; transformers moves them out
-        "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "temperature", "top_k", "top_p",
-        "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size",
-        "bad_words_ids", "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
-        "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
-        "begin_suppress_tokens", "num_beam_groups", "diversity_penalty",
-    }
-)
 
 # Which families each task head can sit on; checked at config time (via `architectures`) and at model init.
 HEAD_FAMILIES: dict[str, tuple[str, ...]] = {
@@ -111,26 +97,6 @@ def auto_map_for(architecture: str) -> dict[str, str]:
     return entries
 
 
-def field_errors_as_value_errors(cls: type) -> type:
-    """`@strict` checks each field's type on assignment (JSON gives "512", 2.7 or "false" as readily as 512);
-    its error becomes a ValueError naming the field and the fix, like every other config error."""
-    strict_setattr = cls.__setattr__
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        try:
-            strict_setattr(self, name, value)
-        except StrictDataclassFieldValidationError as error:
-            expected = cls.__dataclass_fields__[name].type
-            raise ValueError(
-                f"VanillaConfig.{name}={value!r} has the wrong type: {name} takes "
-                f"{getattr(expected, '__name__', expected)}. In config.json write numbers and booleans unquoted "
-                "(512, 0.1, true), integers without a fraction, and floats with a decimal point."
-            ) from error
-
-    cls.__setattr__ = __setattr__
-    return cls
-
-
 def _choice(field: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ValueError(f"VanillaConfig.{field}={value!r} is not supported; choose one of {', '.join(map(repr, allowed))}.")
@@ -138,7 +104,7 @@ def _choice(field: str, value: Any, allowed: tuple[str, ...]) -> None:
 
 @field_errors_as_value_errors
 @strict(accept_kwargs=True)
-class VanillaConfig(PreTrainedConfig):
+class VanillaConfig(AttentionDecidedWhenSet, PreTrainedConfig):
     r"""Configuration of an hf_vanilla transformer.
 
     Args:
@@ -265,7 +231,7 @@ class VanillaConfig(PreTrainedConfig):
                 f"This config describes a {loaded_type!r} model, not hf_vanilla's {self.model_type!r}. Convert the "
                 "checkpoint first: `hf-vanilla convert SRC OUT` or hf_vanilla.convert.from_hf(model)."
             )
-        unused = sorted(k for k in kwargs if k not in _PASSED_THROUGH and k not in self.attribute_map)
+        unused = sorted(k for k in kwargs if k not in PASSED_THROUGH and k not in self.attribute_map)
         if unused:
             logger.warning_once(
                 f"VanillaConfig keeps {unused} as attributes (they are saved with the config), but hf_vanilla does "
@@ -301,11 +267,6 @@ class VanillaConfig(PreTrainedConfig):
             self.rope_parameters = None
         # Checked here as well as by `@strict` so the error is a plain ValueError naming the field.
         self.check_fields()
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == ATTENTION_IMPLEMENTATION_ATTRIBUTE and is_known_scheme(self):
-            refuse_attention_dropping_bias(self, value)  # the one decision: the forward never asks again
-        super().__setattr__(name, value)
 
     def validate_architecture(self):
         """Run by `@strict` after __post_init__ and again before every save."""
@@ -376,17 +337,16 @@ class VanillaConfig(PreTrainedConfig):
                 )
         refuse_attention_dropping_bias(self, self._attn_implementation)
 
-    def get_text_config(self, decoder: bool | None = None, encoder: bool | None = None) -> PreTrainedConfig:
-        """With ``decoder=True``, a view whose ``num_hidden_layers`` is the decoder's depth.
+    def get_text_config(self, decoder: bool | None = None, encoder: bool | None = None) -> "VanillaConfig | DecoderSide":
+        """The config itself, as for a config without sub-configs: what is written through it (RoPE scaling, by
+        transformers' tests and tools) reaches the model. transformers would give a flat encoder-decoder a copy.
 
-        transformers sizes KV caches from ``get_text_config(decoder=True).num_hidden_layers``; in an
-        encoder-decoder that must count decoder layers, which may differ from the encoder's.
+        The decoder's side of an encoder-decoder whose depths differ is a :class:`DecoderSide` instead: transformers
+        sizes KV caches from ``get_text_config(decoder=True).num_hidden_layers``, which must count decoder layers.
         """
-        config = super().get_text_config(decoder=decoder, encoder=encoder)
         if decoder and not encoder and self.is_encoder_decoder and self.num_decoder_layers != self.num_hidden_layers:
-            config = copy.deepcopy(self)
-            config.num_hidden_layers = self.num_decoder_layers
-        return config
+            return DecoderSide.of(self)
+        return self
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: Any, **kwargs: Any) -> "VanillaConfig":
@@ -439,6 +399,25 @@ class VanillaConfig(PreTrainedConfig):
                 raise
             raise ImportError("VanillaConfig.from_preset: presets need the hf_vanilla package (pip install hf_vanilla)") from None
         return cls(**presets.preset_fields(name, overrides))
+
+
+class DecoderSide(VanillaConfig):
+    """The decoder of an encoder-decoder seen as a config of its own: ``num_hidden_layers`` is the decoder's depth
+    (``num_decoder_layers``). It shares the config's attributes, so what is written to it is written to the config."""
+
+    @classmethod
+    def of(cls, config: VanillaConfig) -> "DecoderSide":
+        side = object.__new__(cls)
+        object.__setattr__(side, "__dict__", config.__dict__)  # one set of attributes for both
+        return side
+
+    @property
+    def num_hidden_layers(self) -> int:
+        return self.num_decoder_layers
+
+    @num_hidden_layers.setter
+    def num_hidden_layers(self, value: int) -> None:
+        self.num_decoder_layers = value
 
 
 #: Largest initialisation spread accepted: weights drawn wider overflow float32 products within a layer or two.
@@ -561,110 +540,9 @@ def check_rope_settings(config: "VanillaConfig") -> None:
     check_inactive_options(config, names=("rope_parameters",))
 
 
-#: Where PreTrainedConfig stores the attention implementation: its ``_attn_implementation`` property, the config's
-#: ``attn_implementation`` argument and PreTrainedModel (init, ``set_attn_implementation``) all write this attribute.
-ATTENTION_IMPLEMENTATION_ATTRIBUTE = "_attn_implementation_internal"
-
-
-def rows_of(config: "VanillaConfig") -> tuple[Variant, ...]:
-    """The table's rows this config uses (a NON_DEFAULT row where its option differs from the field's default)."""
-    return variants.rows_of(config, field_default)
-
-
-def vllm_refusals(config: "VanillaConfig") -> list[str]:
-    """Why vLLM cannot serve this config, one line per option (empty when it can). Output-layer options count
-    for a decoder only: vLLM generates with its own output layer, and pools an encoder's hidden states."""
-    used = [variant for variant in rows_of(config) if config.is_decoder or not variant.output_layer]
-    options = {variant.option for variant in used}
-    refusals = [f"{variant.option}={getattr(config, variant.option)!r}: {variant.vllm_refusal}"
-                for variant in used if variant.vllm_refusal]
-    return refusals + [
-        f"{variant.option}={getattr(config, variant.option)!r} with {other}={getattr(config, other)!r}: {why}"
-        for variant in used for other, why in variant.vllm_conflicts if other in options
-    ]
-
-
-#: Where transformers' and hf_vanilla's own attention functions live; a function from elsewhere is an engine's.
-_OWN_ATTENTION_PACKAGES = frozenset({"transformers", "hf_vanilla", __name__.partition(".")[0]})
-
-
-def is_engine_attention(implementation: str | None) -> bool:
-    """Whether ``implementation`` dispatches to a serving engine's attention (vLLM registers its own function):
-    such an engine builds the bare model and its own output layer from the config."""
-    try:
-        function = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, None) if implementation else None
-    except KeyError:
-        return False
-    return function is not None and function.__module__.partition(".")[0] not in _OWN_ATTENTION_PACKAGES
-
-
-def refuse_engine_options(config: "VanillaConfig", implementation: str | None) -> None:
-    """Before an engine's first token: refuse every option of this config its table row says vLLM cannot carry."""
-    refusals = vllm_refusals(config) if is_engine_attention(implementation) else []
-    if refusals:
-        raise ValueError(
-            f"attn_implementation={implementation!r} is a serving engine's attention (vLLM's): it cannot serve this "
-            f"model as configured, and would serve wrong numbers rather than fail. " + " | ".join(refusals) +
-            ". Serve it with transformers (generate / pipeline), or train a model without these options "
-            "(docs/support-matrix.md lists what vLLM serves)."
-        )
-
-
-def refuse_engine_classifier(config: "VanillaConfig") -> None:
-    """Before an engine's first label: a sequence classifier's pooling and head run in hf_vanilla's code only."""
-    implementation = config._attn_implementation
-    if VLLM_CLASSIFIER_REFUSAL and is_engine_attention(implementation):  # declared in the table's file: "" serves
-        raise ValueError(
-            f"attn_implementation={implementation!r} is a serving engine's attention (vLLM's): it cannot serve "
-            f"VanillaForSequenceClassification: {VLLM_CLASSIFIER_REFUSAL}. Classify with transformers (the model's "
-            "forward or pipeline('text-classification')), or serve the bare encoder as an embedding model "
-            "(docs/support-matrix.md lists what vLLM serves)."
-        )
-
-
 def scheme_row(config: "VanillaConfig") -> Variant:
     """The table's row for this config's positional scheme."""
     return row("position_embedding_type", config.position_embedding_type)
-
-
-def is_known_scheme(config: "VanillaConfig") -> bool:
-    """Whether the config's positional scheme is a row of the table yet (an unknown one is refused by name later)."""
-    return getattr(config, "position_embedding_type", None) in values("position_embedding_type")
-
-
-def refuse_attention_dropping_bias(config: "VanillaConfig", implementation: str | None) -> None:
-    """Refuse an attention function that would silently drop a bias scheme's additive bias.
-
-    The rule: an attention function applies the bias if it takes a ``position_bias`` parameter, as hf_vanilla's
-    eager attention and transformers' ``"sdpa"`` and ``"flex_attention"`` do. One that takes queries, keys and
-    values alone (FlashAttention, the ``paged|`` kernels, an engine's own such as vLLM's) is refused, as is a Hub
-    kernel (``"org/name"``), registered only once transformers loads it. A name transformers knows nowhere is left
-    to transformers, which refuses it in its own words when the model is built or switched (as for any model). A
-    function of one's own declares that it applies the bias by naming the parameter. Decided when the
-    implementation is set on the config (and when a model is built from it), so the attention forward dispatches
-    without asking.
-    """
-    scheme = config.position_embedding_type
-    if not implementation or not scheme_row(config).attention_bias:
-        return
-    try:
-        function = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, None)
-    except KeyError:
-        if "/" not in implementation:  # no such function: transformers' own "is not supported" names the choices
-            return
-        raise ValueError(bias_refusal(scheme, implementation)) from None  # a Hub kernel, not loaded yet
-    if function is not None and "position_bias" not in inspect.signature(function).parameters:
-        raise ValueError(bias_refusal(scheme, implementation))
-
-
-def bias_refusal(scheme: str, impl: str) -> str:
-    return (
-        f"attn_implementation={impl!r} cannot be used with position_embedding_type={scheme!r}: the attention "
-        f"function registered as {impl!r} takes no additive attention bias (it has no `position_bias` parameter), "
-        f"so the {scheme} bias this scheme needs would be silently dropped. Use attn_implementation='eager', 'sdpa' "
-        "or 'flex_attention', or a scheme without a bias ('rope', 'sinusoidal', 'learned', 'none'). Engines whose "
-        "attention takes only queries, keys and values (vLLM's) cannot serve this scheme."
-    )
 
 
 # ----------------------------------------------------------------------------------------------

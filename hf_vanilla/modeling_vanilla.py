@@ -15,9 +15,6 @@ from .configuration_vanilla import (
     VanillaConfig,
     auto_map_for,
     check_rope_settings,
-    refuse_attention_dropping_bias,
-    refuse_engine_classifier,
-    refuse_engine_options,
     scheme_row,
 )
 
@@ -61,7 +58,14 @@ from .positional import (
     build_positional_scheme,
     rotate_folded,
 )
-from .transformers_releases import CACHE_NAME, accepts_past_key_values, cache_field
+from .transformers_releases import (
+    CACHE_NAME,
+    accepts_past_key_values,
+    cache_field,
+    refuse_attention_dropping_bias,
+    refuse_engine_classifier,
+    refuse_engine_options,
+)
 from .variants import enter_class
 
 #: The projections LoRA adapts when ``LoraConfig()`` names none (as PEFT's defaults for Llama).

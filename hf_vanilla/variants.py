@@ -201,7 +201,7 @@ VARIANTS: list[Variant] = [
     Variant("num_key_value_heads", 1, "multi-query attention: one key/value head shared by every query head (PaLM)",
             tensor_parallel=TP_WHOLE, to_hf=("llama",)),
     Variant("head_dim", NON_DEFAULT, "a head width other than hidden_size / num_attention_heads (T5's d_kv, Gemma)",
-            default_of=_even_split, example=32, to_hf=("llama", "t5")),
+            default_of=_even_split, example=64, to_hf=("llama", "t5")),
     Variant("attention_scale", NON_DEFAULT, "a factor on q.k other than 1/sqrt(head_dim) (T5 attends unscaled: 1.0)",
             example=1.0, to_hf=("gpt2", "t5"),
             to_hf_conditions=(("gpt2", "attention_scale=1.0 (scale_attn_weights=False)"),

@@ -80,7 +80,8 @@ def refusal(config: dict[str, Any]) -> str | None:
     """Why vLLM's Transformers backend cannot serve the model of this config.json, or None."""
     if config.get("model_type") != "vanilla":
         return None  # a native transformers model: vLLM decides
-    from hf_vanilla.configuration_vanilla import VanillaConfig, vllm_refusals  # the table of variants decides
+    from hf_vanilla.configuration_vanilla import VanillaConfig  # the table of variants decides
+    from hf_vanilla.transformers_releases import vllm_refusals
 
     refusals = vllm_refusals(VanillaConfig.from_dict(config))
     if refusals:
@@ -614,7 +615,7 @@ class Kind:
 
 
 #: The models ``rows`` builds: small, so some thirty of them check in reasonable time on a 2-core CPU (head_dim 32).
-ROWS_SHAPE = Shape(vocab=1024, hidden=128, layers=2, heads=4, kv_heads=2, ffn=256, max_positions=128)
+ROWS_SHAPE = Shape(vocab=1024, hidden=128, layers=2, heads=4, kv_heads=4, ffn=256, max_positions=128)
 
 #: Every parameter of a row's model moved by this much noise after its init: zero biases and unit norm weights
 #: would hide a fault that drops or scales them (a bias scaled by logit_scale is still zero).
@@ -663,36 +664,49 @@ def default_fields(kind: Kind) -> dict[str, Any]:
     return {option: kind.base.get(option, defaults[option].default) for option in variants.options()}
 
 
-def alternate(kind: Kind) -> dict[str, Any]:
+def row_config(fields: dict[str, Any], shape: Shape = ROWS_SHAPE):
+    """The VanillaConfig of a row's model: the rows' shape with the case's fields."""
+    from hf_vanilla import VanillaConfig
+
+    return VanillaConfig(**{**dict(
+        vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.ffn, num_hidden_layers=2,
+        num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads, max_position_embeddings=shape.max_positions,
+        initializer_range=shape.init_std, pad_token_id=0, bos_token_id=1, eos_token_id=2), **fields})
+
+
+def alternate(kind: Kind, shape: Shape = ROWS_SHAPE) -> dict[str, Any]:
     """The kind's other default: each option at its first other value that vLLM serves alongside the rest, so a
-    row whose value is the kind's default is shown in a model that differs from the default model."""
-    from hf_vanilla import VanillaConfig, variants
-    from hf_vanilla.configuration_vanilla import vllm_refusals
+    row whose value is the kind's default is shown in a model that differs from the default model. Values compare
+    as the config resolves them in ``shape`` (final_norm follows the norm's place, num_key_value_heads the heads)."""
+    from hf_vanilla import variants
+    from hf_vanilla.transformers_releases import vllm_refusals
 
     fields = default_fields(kind)
+    default_model = row_config({**kind.base, **fields}, shape)
     for option in variants.options():
         if option == "architecture" or variants.values(option) == (variants.NON_DEFAULT,):
             continue
-        for value in (row.setting for row in variants.rows(option) if row.setting != fields[option]):
+        resolved = getattr(default_model, option)
+        for value in (row.setting for row in variants.rows(option) if row.setting != resolved):
             trial = {**kind.base, **fields, option: value}
-            if not vllm_refusals(VanillaConfig(**trial)):
+            if not vllm_refusals(row_config(trial, shape)):
                 fields[option] = value
                 break
     return {**kind.base, **fields}
 
 
-def cases() -> list[Case]:
-    """One model per row of the table (each kind that shows it), and one classifier per family."""
+def cases(shape: Shape = ROWS_SHAPE) -> list[Case]:
+    """One model per row of the table (each kind that shows it), and one classifier per family, in ``shape``."""
     from hf_vanilla import variants
 
     built = []
     for kind in (DECODER, ENCODER):
-        base, other = {**kind.base, **default_fields(kind)}, alternate(kind)
+        base, other = {**kind.base, **default_fields(kind)}, alternate(kind, shape)
         for row in (row for row in variants.VARIANTS if shows(kind, row)):
             if row.option == "architecture":  # the kind's default model, contrasted with the other kind's
                 fields = base if row.value == kind.base["architecture"] else {**base, "architecture": row.value}
                 default = {**base, "architecture": "encoder" if row.value != "encoder" else "decoder"}
-            elif base[row.option] != row.setting:
+            elif getattr(row_config(base, shape), row.option) != row.setting:  # as resolved (final_norm, head_dim)
                 fields, default = {**base, row.option: row.setting}, base
             else:  # the default model has this value already: show it in the alternate, which has another
                 fields = {**other, row.option: row.setting}
@@ -715,14 +729,11 @@ def build_case(case: Case, folder: Path, shape: Shape, seed: int = 0) -> Path:
     import torch
 
     import hf_vanilla
-    from hf_vanilla import VanillaConfig, register
+    from hf_vanilla import register
 
     register()  # save_pretrained then copies the model files and writes auto_map
     torch.manual_seed(seed)
-    config = VanillaConfig(**{**dict(
-        vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.ffn, num_hidden_layers=2,
-        num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads, max_position_embeddings=shape.max_positions,
-        initializer_range=shape.init_std, pad_token_id=0, bos_token_id=1, eos_token_id=2), **case.fields})
+    config = row_config(case.fields, shape)
     path = folder / case.name.replace(": ", "-").replace(" ", "-").replace("'", "")
     model = getattr(hf_vanilla, case.head)(config).eval()
     with torch.no_grad():
@@ -755,7 +766,8 @@ def expected_refusal(case: Case, folder: Path, implementation: str = VLLM_ATTENT
     a bias scheme's refusal as the engine names its attention (the config refuses it then, before any module),
     else the table's refusals as the bare model or the classifier raises them."""
     from hf_vanilla import variants
-    from hf_vanilla.configuration_vanilla import VanillaConfig, bias_refusal, scheme_row, vllm_refusals
+    from hf_vanilla.configuration_vanilla import VanillaConfig, scheme_row
+    from hf_vanilla.transformers_releases import bias_refusal, vllm_refusals
 
     config = VanillaConfig.from_dict(read_config(folder))
     if scheme_row(config).attention_bias:

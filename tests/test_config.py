@@ -243,6 +243,24 @@ def test_rope_settings_assigned_after_construction_apply_with_rope():
     assert not torch.allclose(plain(ids).logits, scaled(ids).logits)  # the scaling took effect
 
 
+@pytest.mark.parametrize("decoder_layers", [2, 3])
+def test_rope_settings_written_through_the_decoder_text_config_reach_the_encoder_decoder(decoder_layers):
+    """transformers' tests and tools write settings into ``get_text_config(decoder=True)``; transformers gives a flat
+    encoder-decoder config a copy there, so the RoPE scaling never reached the model. With a deeper decoder the
+    view counts the decoder's layers (KV caches are sized by it) and still writes to the config."""
+    config = tiny_config("encoder-decoder", "rope", num_decoder_layers=decoder_layers)
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    torch.manual_seed(0)
+    plain = hv.VanillaForSeq2SeqLM(config).eval()(input_ids=ids, decoder_input_ids=ids).logits
+    text_config = config.get_text_config(decoder=True)
+    assert text_config.num_hidden_layers == decoder_layers and config.num_hidden_layers == 2
+    text_config.rope_parameters = {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}
+    assert config.rope_parameters["rope_type"] == "linear"
+    torch.manual_seed(0)
+    scaled = hv.VanillaForSeq2SeqLM(config).eval()(input_ids=ids, decoder_input_ids=ids).logits
+    assert not torch.allclose(plain, scaled)  # the scaling took effect
+
+
 @pytest.mark.parametrize(
     "field, value, message",
     [

@@ -18,7 +18,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 import hf_vanilla as hv
 from hf_vanilla import modeling_vanilla, positional, support_matrix, variants
-from hf_vanilla.configuration_vanilla import rows_of
+from hf_vanilla.transformers_releases import rows_of
 from tests.factories import HEAD_FOR_FAMILY, config_for_row
 
 

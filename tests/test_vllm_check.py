@@ -332,11 +332,11 @@ def folder_digest(folder: Path) -> str:
 @pytest.fixture(scope="module")
 def row_models(tmp_path_factory):
     folder = tmp_path_factory.mktemp("rows")
-    return {case.name: (case, vllm_check.build_case(case, folder, TINY)) for case in vllm_check.cases()}
+    return {case.name: (case, vllm_check.build_case(case, folder, TINY)) for case in vllm_check.cases(TINY)}
 
 
 def test_rows_builds_every_row_of_the_table_and_a_classifier_of_each_family():
-    cases = vllm_check.cases()
+    cases = vllm_check.cases(TINY)
     shown = {(case.row.option, case.row.value) for case in cases if case.row is not None}
     assert shown == {(row.option, row.value) for row in variants.VARIANTS}
     encoders = {case.row.setting for case in cases if case.kind is vllm_check.ENCODER
@@ -346,7 +346,7 @@ def test_rows_builds_every_row_of_the_table_and_a_classifier_of_each_family():
 
 
 def test_each_row_s_model_differs_from_its_default_in_the_row_s_option_and_there_only():
-    for case in (case for case in vllm_check.cases() if case.row is not None):
+    for case in (case for case in vllm_check.cases(TINY) if case.row is not None):
         option = case.row.option
         assert case.fields[option] == case.row.setting != case.default[option], case.name
         if option != "architecture":  # an architecture row's default is the other kind's default model

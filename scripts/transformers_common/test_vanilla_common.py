@@ -6,10 +6,8 @@ runs with one absolute, one rotary and one additive-bias positional scheme. The 
 built-in testers prepare theirs (BART's for the encoder-decoder: every row ends with its one EOS).
 """
 
-import functools
 import importlib
 import unittest
-from unittest import mock
 
 import transformers
 from transformers.models.auto import modeling_auto
@@ -89,24 +87,6 @@ class VanillaCommonTests(ModelTesterMixin):
         super().test_inputs_embeds()
 
 
-def flat_text_config(test):
-    """An encoder-decoder's config is flat, as BART's and T5's: transformers' get_text_config(decoder=True) gives a
-    copy for those, so a test writing RoPE settings into it would leave the model's config as it was. As built-in
-    testers whose configs do not fit (BLT's) override the RoPE tests, this one lets the settings reach the model."""
-
-    @functools.wraps(test)
-    def run(self):
-        with mock.patch.object(hv.VanillaConfig, "get_text_config", lambda config, *args, **kwargs: config):
-            test(self)
-
-    return run
-
-
-def rope_tests_on_the_flat_config() -> dict:
-    names = [name for name in dir(ModelTesterMixin) if name.startswith("test_model_rope_scaling_from_config_")]
-    return {name: flat_text_config(getattr(ModelTesterMixin, name)) for name in names}
-
-
 def rope_tests_skipped(scheme: str) -> dict:
     """Every VanillaConfig has a rope_parameters field (None without RoPE), which the mixin takes to mean RoPE: as
     built-in testers skip what their model lacks, the RoPE tests are skipped for the other schemes."""
@@ -121,10 +101,9 @@ def rope_tests_skipped(scheme: str) -> dict:
 def family_test_case(family: str, scheme: str) -> type:
     name = "".join(word.capitalize() for word in (*family.split("-"), scheme)) + "Test"
     is_encoder_decoder = family == "encoder-decoder"
-    rope_tests = rope_tests_on_the_flat_config() if is_encoder_decoder else {}
     attributes = {"family": family, "scheme": scheme, "all_model_classes": classes_of(family),
                   "is_encoder_decoder": is_encoder_decoder, "__module__": __name__,
-                  **(rope_tests if scheme == "rope" else rope_tests_skipped(scheme))}
+                  **({} if scheme == "rope" else rope_tests_skipped(scheme))}
     return type(name, (VanillaCommonTests, unittest.TestCase), attributes)
 
 
