@@ -100,8 +100,9 @@ def old_run(folder: Path, *, with_run: bool = True) -> Path:
     return folder
 
 
-def write_new(folder: OutputFolder) -> None:
-    """What a new run writes once it has claimed the folder: a model (a name the old run had too) and a checkpoint."""
+def write_new(folder: OutputFolder, *, commits: bool = True) -> None:
+    """What a new run writes once it has claimed the folder: a model (a name the old run had too) and a checkpoint
+    (whose placement commits the write, as a run's first checkpoint does, unless told otherwise)."""
     work = folder.fresh("final-model")
     (work / "model.safetensors").write_bytes(b"new weights")
     (work / "tokenizer.json").write_text("{}")
@@ -109,7 +110,8 @@ def write_new(folder: OutputFolder) -> None:
     work = folder.fresh("checkpoint-2")
     (work / "checkpoint-2").mkdir()
     (work / "checkpoint-2" / "trainer_state.json").write_text('{"global_step": 2}')
-    folder.publish(work)
+    folder.place(work / "checkpoint-2", "checkpoint-2", commits=commits)
+    shutil.rmtree(work)
 
 
 def overwrite(path: Path) -> None:
@@ -160,10 +162,15 @@ def until_it_completes(step: Callable[[int], bool]) -> int:
 
 
 def test_an_overwrite_killed_at_any_file_operation_leaves_the_old_or_the_new_write_complete(states, kill_at):
+    """Including the points between the first checkpoint's publication and the commit after it (issue 43): a
+    checkpoint visible in the folder is the new write's, and recovery keeps that write, never deletes it."""
     def step(n: int) -> bool:
         path, old, new = states(f"overwrite-{n}")
         killed = kill_at(n, lambda: overwrite(path))
+        visible = (path / "checkpoint-2" / "trainer_state.json").is_file()
         check_recovered(path, old, new, recover(path))
+        if visible:
+            assert snapshot(path) == new, f"killed at {n}: recovery removed a checkpoint that was in place"
         return killed
 
     assert until_it_completes(step) > 10  # begin, two publishes and the commit: every one of their operations
@@ -176,7 +183,7 @@ def test_a_commit_or_an_undo_killed_at_any_file_operation_leaves_a_complete_writ
         path, old, new = states(f"{ending}-{n}")
         folder = OutputFolder(path)
         folder.begin(overwrite=True)
-        write_new(folder)
+        write_new(folder, commits=False)
         killed = kill_at(n, getattr(folder, ending))
         check_recovered(path, old, new if ending == "commit" else old, recover(path))
         return killed
