@@ -366,3 +366,29 @@ def test_experiments_out_refuses_a_users_file_of_the_same_name_before_measuring(
         experiments.run_experiment("extrapolation", out, tmp_path / "runs", tiny=True)
     assert (out / "extrapolation.md").read_text() == "my own notes on extrapolation"
     assert sorted(p.name for p in out.iterdir()) == ["extrapolation.md"]  # nothing recorded, nothing written
+
+
+# ----------------------------------------------------------------------------------------------
+# Long names (issue 41.6)
+
+
+@pytest.mark.parametrize("length", [200, 240, 255])
+def test_a_valid_long_folder_name_is_published_and_its_staging_names_fit(tmp_path, length):
+    """A 240-byte folder name once failed: its staging name was 258 bytes. Every helper name is derived within
+    NAME_MAX; a second publish (with a stale staging folder left from a kill) still cleans up."""
+    from hf_vanilla.files.atomic import atomic_write_text, staged_folder
+
+    target = tmp_path / ("é" * (length // 2) + "x" * (length % 2))
+    assert len(target.name.encode()) == length
+    with staged_folder(target) as staging:
+        atomic_write_text(staging / "config.json", "{}")
+    assert (target / "config.json").read_text() == "{}"
+    with pytest.raises(RuntimeError), staged_folder(target) as staging:
+        (staging / "half").write_text("x")
+        raise RuntimeError("killed")
+    with staged_folder(target) as staging:
+        (staging / "config.json").write_text("[]")
+    assert (target / "config.json").read_text() == "[]"
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]
+    atomic_write_text(tmp_path / ("n" * 250), "a long file name")
+    assert (tmp_path / ("n" * 250)).read_text() == "a long file name"
