@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import glob
+import hashlib
 import json
 import logging
 import os
@@ -35,6 +37,21 @@ CONFIG_FILES = ("config.json", "generation_config.json")
 SAFE_WEIGHTS, SAFE_WEIGHTS_INDEX = "model.safetensors", "model.safetensors.index.json"
 
 STAGING_PREFIX = ".staging-"
+
+#: The longest file name most filesystems allow, in bytes (ext4, XFS, APFS, NTFS in UTF-16 units).
+NAME_MAX = 255
+
+
+def sibling_stem(name: str, room: int) -> str:
+    """``name``, shortened if needed so that a sibling name built from it with ``room`` more bytes (a prefix, a
+    random part, a suffix) stays within :data:`NAME_MAX`: a valid long target name must not fail on its helpers'
+    names. A shortened stem ends in a hash of the whole name, so two long names never share one."""
+    encoded = name.encode("utf-8", "surrogateescape")
+    if len(encoded) + room <= NAME_MAX:
+        return name
+    digest = hashlib.sha256(encoded).hexdigest()[:12]
+    keep = encoded[:NAME_MAX - room - len(digest) - 1].decode("utf-8", "ignore")
+    return f"{keep}~{digest}"
 
 
 def is_weight_file(name: str) -> bool:
@@ -131,7 +148,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers (and a crash) see the old file or the whole new one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, temporary = tempfile.mkstemp(prefix=f".{sibling_stem(path.name, 14)}.", suffix=".tmp", dir=path.parent)
     try:
         with clear_disk_errors(path), os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -188,7 +205,7 @@ def remove_stale_staging(parent: str | os.PathLike[str], name: str | None = None
 
     A folder that a live process is still writing is locked (:func:`held_lock`) and left alone.
     """
-    pattern = f"{STAGING_PREFIX}{name}-*" if name else f"{STAGING_PREFIX}*"
+    pattern = f"{STAGING_PREFIX}{glob.escape(staging_stem(name))}-*" if name else f"{STAGING_PREFIX}*"
     for stale in Path(parent).glob(pattern):
         folder = stale.with_name(stale.name.removesuffix(LOCK_SUFFIX))
         if folder != stale and folder.exists():
@@ -198,6 +215,12 @@ def remove_stale_staging(parent: str | os.PathLike[str], name: str | None = None
                 shutil.rmtree(folder, ignore_errors=True)
         except BlockingIOError:
             continue
+
+
+def staging_stem(name: str) -> str:
+    """The part of a staging folder's name that names its target: prefix, stem, ``-``, 8 random characters and
+    the lock file's suffix fit :data:`NAME_MAX`."""
+    return sibling_stem(name, len(STAGING_PREFIX) + 1 + 8 + len(LOCK_SUFFIX))
 
 
 #: A staging folder's lock file sits beside it (inside, it would be published with the folder).
@@ -253,7 +276,7 @@ def staged_folder(target: str | os.PathLike[str], keep: Callable[[str], bool] | 
         raise NotADirectoryError(f"{target} is a file; a folder is needed here. Choose another path.")
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_staging(target.parent, target.name)
-    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{target.name}-", dir=target.parent))
+    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{staging_stem(target.name)}-", dir=target.parent))
     try:
         with held_lock(staging), clear_disk_errors(target):
             yield staging

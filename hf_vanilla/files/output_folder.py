@@ -20,7 +20,9 @@ How it holds:
   finishes what a killed writer left at any point, by the phase alone:
 
   ``aside``      the previous write's files are moving out or back, nothing new exists: put them all back.
-  ``new``        the new write is writing (its files are the record's): remove them, then as ``aside``.
+  ``new``        the new write is writing (its files are the record's): remove them, then as ``aside``; unless
+                 the entry it was putting in place to commit (``committing_by``, its first checkpoint) is there:
+                 that one rename committed it, so on as ``discarding``.
   ``discarding`` the new write has committed: delete what was moved aside.
 
   Either the previous write or the new one is complete afterwards, never less; the returned lines say which.
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -43,6 +46,8 @@ from filelock import FileLock, Timeout
 
 from ..errors import HfVanillaError
 from .atomic import atomic_write_json, atomic_write_text, fsync_path, make_shareable
+
+logger = logging.getLogger(__name__)
 
 RECORD = ".hf_vanilla.json"
 JOURNAL = ".hf_vanilla-journal.json"
@@ -143,10 +148,11 @@ class OutputFolder:
     # May we write it?
 
     def check(self, *, overwrite: bool = False, resume: bool = False) -> None:
-        """Refuse, before anything is read or written, a folder this writer may not write: one another process
-        is writing, one that holds another kind of folder, or anything hf_vanilla did not write (``--overwrite``
-        replaces only a folder of its own kind, and then only its own files; ``--resume`` continues only a
-        folder of its own kind)."""
+        """Refuse, before anything of the write is read or written, a folder this writer may not write: one
+        another process is writing, one that holds another kind of folder, or anything hf_vanilla did not write
+        (``--overwrite`` replaces only a folder of its own kind, and then only its own files; ``--resume``
+        continues only a folder of its own kind). What a killed writer left half done is recovered first
+        (:meth:`recover`, under the lock), so the folder is judged as it stands, never by our own journal."""
         what = KINDS[self.kind][0]
         if self.path.is_symlink() and not self.path.exists():
             raise FileNotFoundError(f"{self.path} is a symbolic link to {os.readlink(self.path)}, which does not "
@@ -157,6 +163,12 @@ class OutputFolder:
             return
         if (holder := self._busy_holder()) is not None:
             raise FolderBusyError(self._busy_message(holder))
+        if self._left_by_a_killed_writer():
+            with self.locked():
+                for line in self.recover():
+                    logger.warning("%s: %s", self.path, line)
+            if self.is_empty():
+                return
         record = self.record()
         if record is not None and record.get("kind") != self.kind:
             theirs = KINDS.get(record.get("kind"), ("another kind of folder",))[0]
@@ -172,6 +184,11 @@ class OutputFolder:
                 "pass --overwrite to replace it"
             raise FileExistsError(f"{self.path} already holds {what}: {how} (files hf_vanilla did not write there "
                                   "are kept either way)")
+
+    def _left_by_a_killed_writer(self) -> bool:
+        """Whether the folder holds hf_vanilla's bookkeeping that only a write cut short leaves (a journal, a
+        folder of moved-aside files, a work folder, a temporary file)."""
+        return any(_is_ours_by_name(p.name) and p.name not in (RECORD, LOCK) for p in self.path.iterdir())
 
     def _older_run_files(self) -> list[str] | None:
         """The files of a run an hf_vanilla without records wrote, when the folder holds nothing else: a run.json
@@ -259,9 +276,9 @@ class OutputFolder:
             done.append(f"deleted {DISCARDED}/, the files an interrupted --overwrite had already replaced")
         journal = self._journal() or self._older_journal()
         if journal is not None:
-            phase = journal["phase"]
+            said = self._recovered(journal)
             self._finish(journal)
-            done.append(self._recovered(phase, had_old=journal["record"] is not None))
+            done.append(said)
         self._remove_work()
         real = self.path.resolve()
         for old in sorted(real.parent.glob(f".{real.name}.replaced-*")):  # outside the folder: reported, not touched
@@ -313,6 +330,8 @@ class OutputFolder:
     def _finish(self, journal: dict[str, Any]) -> None:
         """Carry the journal's phase through to its end; every step can be repeated after a kill."""
         names, previous = journal["names"], journal["record"]
+        if self._committed_by_rename(journal):
+            journal = self._write_journal(DISCARDING, names, previous)
         if journal["phase"] == DISCARDING:
             _remove(self.replaced)
             (self.path / JOURNAL).unlink(missing_ok=True)
@@ -332,7 +351,18 @@ class OutputFolder:
         _remove(self.replaced)
         (self.path / JOURNAL).unlink(missing_ok=True)
 
-    def _recovered(self, phase: str, *, had_old: bool) -> str:
+    def _committed_by_rename(self, journal: dict[str, Any]) -> bool:
+        """Whether the entry whose rename commits the new write (:meth:`place`) is in place: it arrived whole."""
+        name = journal.get("committing_by")
+        return journal["phase"] == NEW and name is not None and (self.path / name).is_dir() \
+            and not (self.path / name).is_symlink()
+
+    def _recovered(self, journal: dict[str, Any]) -> str:
+        phase, had_old = journal["phase"], journal["record"] is not None
+        if self._committed_by_rename(journal):
+            return (f"an interrupted write had put {journal['committing_by']} in place: it stays, with the write "
+                    f"it belongs to" + (f" (the files it replaced, in {REPLACED}/, were deleted)" if had_old else "")
+                    + "; --resume continues from it")
         if phase == DISCARDING:
             return (f"an interrupted --overwrite had committed: the new write stays, complete, and the files it "
                     f"replaced (in {REPLACED}/) were deleted")
@@ -349,7 +379,8 @@ class OutputFolder:
         names = journal.get("names") if isinstance(journal, dict) else None
         valid = (isinstance(names, list) and all(_plain_name(name) for name in names)
                  and journal.get("phase") in (ASIDE, NEW, DISCARDING)
-                 and (journal.get("record") is None or isinstance(journal.get("record"), str)))
+                 and (journal.get("record") is None or isinstance(journal.get("record"), str))
+                 and (journal.get("committing_by") is None or _plain_name(journal.get("committing_by"))))
         if not valid or self.replaced.is_symlink():  # a link would move files in from where it points
             raise UntrustedRecordError(f"{self.path / JOURNAL} is not a journal hf_vanilla wrote (or {REPLACED} is "
                                        "a link); it will not act on it: restore it, or move it out of the folder")
@@ -368,8 +399,11 @@ class OutputFolder:
         previous = current.read_text(encoding="utf-8") if self.record() is not None else None
         return self._write_journal(ASIDE, names, previous)
 
-    def _write_journal(self, phase: str, names: list[str], record: str | None) -> dict[str, Any]:
+    def _write_journal(self, phase: str, names: list[str], record: str | None,
+                       committing_by: str | None = None) -> dict[str, Any]:
         journal = {"written_by": "hf_vanilla", "phase": phase, "names": sorted(names), "record": record}
+        if committing_by is not None:
+            journal["committing_by"] = committing_by
         atomic_write_json(self.path / JOURNAL, journal)
         return journal
 
@@ -404,15 +438,38 @@ class OutputFolder:
         self.claim([name])
         return self.path / name
 
+    def place(self, source: Path, name: str, *, commits: bool = False) -> Path:
+        """Put ``source`` (complete and flushed) in place as ``name`` with one ``os.replace``, its name recorded
+        first. With ``commits`` that rename is the new write's commit (a checkpoint: the run has something to
+        keep): the journal names the entry beforehand, so a kill right after the rename is recovered by keeping
+        the write, never by deleting what is visibly in place; then the commit runs (:meth:`commit`)."""
+        final = self.declare(name)
+        journal = self._journal()
+        if commits and journal is not None and journal["phase"] == NEW:
+            self._write_journal(NEW, journal["names"], journal["record"], committing_by=name)
+        if final.is_dir() and not final.is_symlink():  # the same name saved again (a resumed run): replaced
+            self.remove(name)
+            self.add([name])
+        os.replace(source, final)
+        fsync_path(self.path)
+        if commits:
+            self.commit()
+        return final
+
     def remove(self, name: str) -> None:
-        """Delete one of hf_vanilla's own files or folders here, then drop it from the record (a kill in between
-        leaves a recorded name, never an unrecorded leftover)."""
+        """Delete one of hf_vanilla's own files or folders here: first renamed into a work folder (one atomic
+        step, so no half-deleted entry is ever left at its name), dropped from the record, then deleted. A kill
+        leaves at most a recorded name whose file is gone (harmless) and a work folder the next :meth:`recover`
+        removes."""
         path = self.path / name
         if path not in self.own_files():
             raise FileNotFoundError(f"{path} is not one of hf_vanilla's own files; it is left alone")
-        _remove(path)
+        doomed = self.fresh(f"removing-{name}", create=False)
+        _remove(doomed)
+        os.replace(path, doomed)
         record = self.record() or {"files": []}
         self._write_record(sorted(set(record["files"]) - {name}))
+        _remove(doomed)
 
     def fresh(self, name: str, create: bool = True) -> Path:
         """An empty work folder inside this one (removed by :meth:`publish`, or by the next :meth:`recover`);

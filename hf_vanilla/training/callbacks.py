@@ -7,13 +7,9 @@ import math
 import signal
 import threading
 import time
-from typing import TYPE_CHECKING
 
 import torch
 from transformers import TrainerCallback
-
-if TYPE_CHECKING:
-    from ..files.output_folder import OutputFolder
 
 logger = logging.getLogger(__name__)
 
@@ -153,14 +149,3 @@ class StopOnInterrupt(TrainerCallback):
             signal.signal(signal.SIGINT, self._previous)
             self._previous = None
 
-
-class KeepOnFirstSave(TrainerCallback):
-    """The run has saved its first checkpoint: from now on it stays whatever happens, and an old run it replaces
-    (``--overwrite`` moved its files aside) goes for good."""
-
-    def __init__(self, folder: OutputFolder) -> None:
-        self.folder = folder
-
-    def on_save(self, args, state, control, **kwargs):
-        if state.is_world_process_zero:
-            self.folder.commit()

@@ -34,7 +34,7 @@ from ..presets import PRESETS, preset_fields
 from ..tasks import Task, get_task
 from . import rundir
 from .averaging import average_if_better
-from .callbacks import KeepOnFirstSave, NonFiniteLossGuard, StepTimer, StopOnInterrupt, TimeLimit
+from .callbacks import NonFiniteLossGuard, StepTimer, StopOnInterrupt, TimeLimit
 from .options import SIZE_PRESETS, TrainOptions, check_attention_kernel, check_init_from, make_options
 from .outputs import (
     UNTIMED,
@@ -159,7 +159,7 @@ def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list,
                                example_unit=task.example_unit(opts))
             total_steps = plan_steps(len(data["train"]), opts, state.num_processes)
             args = training_arguments(task, run_dir, opts, total_steps, model.config.hidden_size, use_cpu)
-            callbacks = RunCallbacks.make(opts, folder, extra_callbacks)
+            callbacks = RunCallbacks.make(opts, extra_callbacks)
             if is_main:
                 claim_tracker_logs(folder, opts)
             trainer = make_trainer(task, model, args, tokenizer, data, opts, callbacks.all())
@@ -383,17 +383,15 @@ class RunCallbacks:
     timer: Any
     interrupt: Any
     time_limit: Any | None
-    keep: Any
     extra: list
 
     @classmethod
-    def make(cls, opts: TrainOptions, folder: OutputFolder, extra: list) -> RunCallbacks:
+    def make(cls, opts: TrainOptions, extra: list) -> RunCallbacks:
         return cls(NonFiniteLossGuard(), StepTimer(), StopOnInterrupt(),
-                   TimeLimit(opts.time_limit_minutes) if opts.time_limit_minutes else None,
-                   KeepOnFirstSave(folder), list(extra))
+                   TimeLimit(opts.time_limit_minutes) if opts.time_limit_minutes else None, list(extra))
 
     def all(self) -> list:
-        return [c for c in (self.guard, self.timer, self.interrupt, self.time_limit, self.keep, *self.extra)
+        return [c for c in (self.guard, self.timer, self.interrupt, self.time_limit, *self.extra)
                 if c is not None]
 
 

@@ -6,7 +6,6 @@ import copy
 import functools
 import json
 import logging
-import os
 import re
 import shutil
 import zipfile
@@ -18,7 +17,7 @@ from transformers import Seq2SeqTrainer, Trainer, TrainerState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length
 
 from ..checkpoint import ensure_code_files
-from ..files.atomic import clear_disk_errors, fsync_path, fsync_tree, make_shareable
+from ..files.atomic import clear_disk_errors, fsync_tree, make_shareable
 from ..files.output_folder import OutputFolder, own_files
 
 logger = logging.getLogger(__name__)
@@ -89,15 +88,12 @@ def trainer_classes() -> tuple[type, type]:
 
 def publish_checkpoint(folder: OutputFolder, staged: Path) -> None:
     """Move a checkpoint saved into a work folder into the run, whole: code files added, flushed, its name
-    recorded first (a kill never leaves it unrecorded), then one ``os.replace``."""
+    recorded first (a kill never leaves it unrecorded), then one ``os.replace``, which also commits a new run
+    (from its first checkpoint on, the run stays and an old run it replaces goes: ``OutputFolder.place``)."""
     ensure_code_files(staged)
     make_shareable(staged)
     fsync_tree(staged)
-    final = folder.declare(staged.name)
-    if final.exists():  # same step saved before (a resumed run re-saving): replace it
-        shutil.rmtree(final)
-    os.replace(staged, final)
-    fsync_path(folder.path)
+    folder.place(staged, staged.name, commits=True)
 
 
 def rotate_recorded(folder: OutputFolder, limit: int | None, best: str | None) -> None:

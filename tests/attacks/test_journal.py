@@ -100,8 +100,9 @@ def old_run(folder: Path, *, with_run: bool = True) -> Path:
     return folder
 
 
-def write_new(folder: OutputFolder) -> None:
-    """What a new run writes once it has claimed the folder: a model (a name the old run had too) and a checkpoint."""
+def write_new(folder: OutputFolder, *, commits: bool = True) -> None:
+    """What a new run writes once it has claimed the folder: a model (a name the old run had too) and a checkpoint
+    (whose placement commits the write, as a run's first checkpoint does, unless told otherwise)."""
     work = folder.fresh("final-model")
     (work / "model.safetensors").write_bytes(b"new weights")
     (work / "tokenizer.json").write_text("{}")
@@ -109,7 +110,8 @@ def write_new(folder: OutputFolder) -> None:
     work = folder.fresh("checkpoint-2")
     (work / "checkpoint-2").mkdir()
     (work / "checkpoint-2" / "trainer_state.json").write_text('{"global_step": 2}')
-    folder.publish(work)
+    folder.place(work / "checkpoint-2", "checkpoint-2", commits=commits)
+    shutil.rmtree(work)
 
 
 def overwrite(path: Path) -> None:
@@ -160,10 +162,15 @@ def until_it_completes(step: Callable[[int], bool]) -> int:
 
 
 def test_an_overwrite_killed_at_any_file_operation_leaves_the_old_or_the_new_write_complete(states, kill_at):
+    """Including the points between the first checkpoint's publication and the commit after it (issue 43): a
+    checkpoint visible in the folder is the new write's, and recovery keeps that write, never deletes it."""
     def step(n: int) -> bool:
         path, old, new = states(f"overwrite-{n}")
         killed = kill_at(n, lambda: overwrite(path))
+        visible = (path / "checkpoint-2" / "trainer_state.json").is_file()
         check_recovered(path, old, new, recover(path))
+        if visible:
+            assert snapshot(path) == new, f"killed at {n}: recovery removed a checkpoint that was in place"
         return killed
 
     assert until_it_completes(step) > 10  # begin, two publishes and the commit: every one of their operations
@@ -176,7 +183,7 @@ def test_a_commit_or_an_undo_killed_at_any_file_operation_leaves_a_complete_writ
         path, old, new = states(f"{ending}-{n}")
         folder = OutputFolder(path)
         folder.begin(overwrite=True)
-        write_new(folder)
+        write_new(folder, commits=False)
         killed = kill_at(n, getattr(folder, ending))
         check_recovered(path, old, new if ending == "commit" else old, recover(path))
         return killed
@@ -359,3 +366,29 @@ def test_experiments_out_refuses_a_users_file_of_the_same_name_before_measuring(
         experiments.run_experiment("extrapolation", out, tmp_path / "runs", tiny=True)
     assert (out / "extrapolation.md").read_text() == "my own notes on extrapolation"
     assert sorted(p.name for p in out.iterdir()) == ["extrapolation.md"]  # nothing recorded, nothing written
+
+
+# ----------------------------------------------------------------------------------------------
+# Long names (issue 41.6)
+
+
+@pytest.mark.parametrize("length", [200, 240, 255])
+def test_a_valid_long_folder_name_is_published_and_its_staging_names_fit(tmp_path, length):
+    """A 240-byte folder name once failed: its staging name was 258 bytes. Every helper name is derived within
+    NAME_MAX; a second publish (with a stale staging folder left from a kill) still cleans up."""
+    from hf_vanilla.files.atomic import atomic_write_text, staged_folder
+
+    target = tmp_path / ("é" * (length // 2) + "x" * (length % 2))
+    assert len(target.name.encode()) == length
+    with staged_folder(target) as staging:
+        atomic_write_text(staging / "config.json", "{}")
+    assert (target / "config.json").read_text() == "{}"
+    with pytest.raises(RuntimeError), staged_folder(target) as staging:
+        (staging / "half").write_text("x")
+        raise RuntimeError("killed")
+    with staged_folder(target) as staging:
+        (staging / "config.json").write_text("[]")
+    assert (target / "config.json").read_text() == "[]"
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]
+    atomic_write_text(tmp_path / ("n" * 250), "a long file name")
+    assert (tmp_path / ("n" * 250)).read_text() == "a long file name"
