@@ -2,7 +2,7 @@
 """Train every task at a small size on its real corpus, a few minutes each on a 2-core CPU.
 
     python scripts/train_all_tasks.py                         # mlm, classification
-    python scripts/train_all_tasks.py --tasks clm mlm --time-limit 5 --output-dir runs/all-tasks
+    python scripts/train_all_tasks.py --tasks clm mlm --time-limit-minutes 5 --output-dir runs/all-tasks
 
 The real-data check the unit tests cannot be (they must run offline in seconds). Each run is a normal
 ``hf_vanilla.training.train`` run directory (model, tokenizer, metrics.json, curves.png, README.md); the
@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", nargs="+", default=["mlm", "classification"],
                         choices=sorted(SETTINGS))
     parser.add_argument("--output-dir", default="runs/all-tasks")
-    parser.add_argument("--time-limit", type=float, default=5.0, help="minutes of training per task at most")
+    parser.add_argument("--time-limit-minutes", "--time-limit", dest="time_limit", type=float, default=5.0,
+                        metavar="MINUTES", help="minutes of training per task at most")
     args = parser.parse_args(argv)
 
     root = Path(args.output_dir)

@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
                         "temporary folder, so a check never touches a real run)")
     parser.add_argument("--gpu", action="store_true", help="bf16 autocast and SDPA (on a CUDA machine)")
     parser.add_argument("--dry-run", action="store_true", help="a tiny budget that checks the pipeline")
-    parser.add_argument("--time-limit", type=float, help="minutes of training (default: the recipe's 60)")
+    parser.add_argument("--time-limit-minutes", "--time-limit", dest="time_limit", type=float, metavar="MINUTES",
+                        help="minutes of training (default: the recipe's 60)")
     parser.add_argument("--max-steps", type=int, help="optimizer steps at most (default: the recipe's 6000)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --output-dir from its newest checkpoint (at --max-steps: evaluate only)")

@@ -294,3 +294,13 @@ def test_the_main_job_and_train_spell_the_time_limit_alike_and_take_the_other_sp
         main_job.parse_args(["--help"])
     for text in (capsys.readouterr().out, build_parser().format_help()):
         assert "--time-limit-minutes MINUTES, --time-limit MINUTES" in text
+
+
+@pytest.mark.parametrize("script", ["train_translation.py", "train_all_tasks.py"])
+def test_the_other_training_scripts_spell_the_time_limit_as_the_main_job_does(script, capsys):
+    spec = importlib.util.spec_from_file_location(f"{script[:-3]}_under_test", ROOT / "scripts" / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(SystemExit):
+        module.main(["--help"])
+    assert "--time-limit-minutes MINUTES, --time-limit MINUTES" in capsys.readouterr().out
