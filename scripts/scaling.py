@@ -10,7 +10,9 @@ It is trained in two stages:
 
 1. the learning rate: each width the sweep uses is trained at each of ``learning_rates`` at its home budget
    (the budget whose grid is centred nearest it), one seed, and keeps the rate with the lowest loss on
-   validation blocks held back from the training stream (never the held-out test text);
+   validation blocks held back from the training stream (never the held-out test text); a width whose best
+   rate is the highest (lowest) it was tried at is tried at twice (half) that, ``rate_extensions`` times at
+   most, so that the rate it keeps is bracketed;
 2. the IsoFLOP runs: per budget, ``sizes_per_budget`` widths spread over ``size_span`` around the size at
    which D/N is ``tokens_per_parameter`` (the grid is centred where the first sweep's optima fell), each at
    its own learning rate, each with every seed; D = C / (6 N + 12 L d T) tokens, a cosine schedule ending at D.
@@ -56,6 +58,7 @@ class SweepPlan:
     widths: tuple[int, ...]  # the family's model widths (depth follows)
     seeds: tuple[int, ...] = (0, 1, 2)
     learning_rates: tuple[float, ...] = (1e-3, 2e-3, 4e-3)  # one value: no learning-rate stage
+    rate_extensions: int = 2  # times a width whose best rate is the highest (lowest) tried is tried at 2x (1/2x)
     sizes_per_budget: int = 5
     size_span: float = 16.0  # each budget's sizes run from N*/sqrt(span) to N*·sqrt(span) ...
     tokens_per_parameter: float = 80.0  # ... around the N* at which D/N is this (the first sweep's optima: 55-142)
@@ -214,6 +217,21 @@ def isoflop_specs(plan: SweepPlan, rates: dict[int, float], counts: dict[int, di
     counts = counts or family(plan)
     return [spec(b, w, plan, counts, rates[w], seed) for b in plan.budgets for w in widths_for(b, plan, counts)
             for seed in plan.seeds]
+
+
+def edge_rate_specs(plan: SweepPlan, counts: dict[int, dict[str, int]], results: list[dict[str, Any]]
+                    ) -> list[RunSpec]:
+    """Stage 1 extended: each width whose best rate so far is the highest (lowest) it was tried at is tried at
+    twice (half) that, at its home budget, so that a chosen rate has a worse one on each side."""
+    if len(plan.learning_rates) == 1:
+        return []
+    homes, extra = home_budgets(plan, counts), []
+    for width, best in choose_learning_rates(plan, results).items():
+        tried = sorted(r["learning_rate"] for r in results if r["width"] == width)
+        beyond = best * 2 if best == tried[-1] else best / 2 if best == tried[0] else None
+        if beyond is not None:
+            extra.append(spec(homes[width], width, plan, counts, beyond, plan.seeds[0]))
+    return extra
 
 
 def choose_learning_rates(plan: SweepPlan, results: list[dict[str, Any]]) -> dict[int, float]:
@@ -684,6 +702,12 @@ def measure_sweep(runs: Path, plan: SweepPlan, data_files: tuple[str, ...], work
     stage1 = learning_rate_specs(plan, counts)
     rate_runs = stage(stage1)
     missing = sorted({s.name for s in stage1} - {r["name"] for r in rate_runs})
+    for _ in range(plan.rate_extensions if not missing else 0):
+        extension = edge_rate_specs(plan, counts, rate_runs)
+        rate_runs += stage(extension)
+        missing = sorted({s.name for s in extension} - {r["name"] for r in rate_runs})
+        if not extension or missing:
+            break
     rates = choose_learning_rates(plan, rate_runs) if not missing else {}
     stage2 = isoflop_specs(plan, rates, counts) if not missing else []
     results = stage(stage2)

@@ -132,6 +132,25 @@ def test_learning_rate_chosen_on_validation_and_a_diverged_run_loses():
     assert scaling.choose_learning_rates(plan, runs) == {8: 2e-3, 16: 4e-3}
 
 
+def test_a_best_rate_at_the_grids_edge_is_tried_beyond_it_until_bracketed():
+    plan = scaling.dry_run(scaling.CPU)
+    counts = scaling.family(plan)
+    homes = scaling.home_budgets(plan, counts)
+    top, bottom, inside, diverged_beyond = sorted(homes)[:4]
+
+    def runs(width, losses):
+        return [dict(width=width, learning_rate=lr, validation_loss=loss) for lr, loss in losses.items()]
+
+    results = (runs(top, {1e-3: 5.0, 2e-3: 4.8, 4e-3: 4.6}) + runs(bottom, {1e-3: 4.0, 2e-3: 4.2, 4e-3: 4.9})
+               + runs(inside, {1e-3: 5.0, 2e-3: 4.5, 4e-3: 4.7})
+               + runs(diverged_beyond, {1e-3: 5.0, 2e-3: 4.8, 4e-3: 4.6, 8e-3: None}))
+    extra = {s.width: s for s in scaling.edge_rate_specs(plan, counts, results)}
+    assert set(extra) == {top, bottom}
+    assert (extra[top].learning_rate, extra[bottom].learning_rate) == (8e-3, 5e-4)
+    assert all(s.budget == homes[s.width] and s.seed == plan.seeds[0] for s in extra.values())
+    assert scaling.edge_rate_specs(scaling.FIRST, scaling.family(scaling.FIRST), results) == []
+
+
 def test_wall_time_and_estimate():
     assert scaling.wall_time([3, 5, 3, 4, 3], 2) == 10  # longest first, each to the first free worker: 5+3 | 4+3+3
     plan = scaling.dry_run(scaling.CPU)
@@ -335,7 +354,7 @@ def test_scaling_tiny_end_to_end_and_resumes(tmp_path: Path, text_files, capsys)
     rates = {int(w): lr for w, lr in record["learning_rates"].items()}
     for width, lr in rates.items():
         tried = [r for r in record["learning_rate_runs"] if r["width"] == width]
-        assert sorted(r["learning_rate"] for r in tried) == sorted(plan.learning_rates)
+        assert set(plan.learning_rates) <= {r["learning_rate"] for r in tried}
         assert lr == min(tried, key=lambda r: r["validation_loss"])["learning_rate"]
     # stage 2: every size of every budget with every seed, at its width's chosen rate
     assert len(record["runs"]) == len(plan.budgets) * plan.sizes_per_budget * len(plan.seeds)
@@ -392,7 +411,11 @@ def test_one_budget_dry_run_trains_both_stages_and_resumes(tmp_path: Path, text_
     plan = replace(scaling.dry_run(scaling.CPU), budgets=(1.6e7,))
     record = scaling.sweep(tmp_path / "out", tmp_path / "runs", plan, data_files=text_files)
     rates = {int(w): lr for w, lr in record["learning_rates"].items()}
-    assert len(record["learning_rate_runs"]) == len(rates) * len(plan.learning_rates) == 15
+    assert len(rates) == 5
+    for width, lr in rates.items():  # the plan's three rates, then 2x / 1/2x beyond an edge that won
+        tried = sorted(r["learning_rate"] for r in record["learning_rate_runs"] if r["width"] == width)
+        assert set(plan.learning_rates) <= set(tried) and len(tried) <= 3 + plan.rate_extensions
+        assert lr not in (tried[0], tried[-1]) or len(tried) == 3 + plan.rate_extensions
     for run in record["runs"]:
         assert run["learning_rate"] == rates[run["width"]] and math.isfinite(run["held_out_loss"]["all"])
     assert sorted(r["seed"] for r in record["runs"]) == sorted(list(plan.seeds) * plan.sizes_per_budget)
