@@ -619,7 +619,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         from .ladder import Options, run_ladder
 
         try:
-            run_ladder(Options(sizes=args.size, work=args.work, json=args.json, threads=args.threads), log=log_message)
+            run_ladder(Options(sizes=args.size, work=args.work, json=args.json, threads=args.threads,
+                               estimate=args.estimate), log=log_message)
         except MemoryError as error:
             print(f"hf-vanilla bench: {error}", file=sys.stderr)
             return 1
