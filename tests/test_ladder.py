@@ -68,3 +68,11 @@ def test_a_size_that_does_not_fit_is_refused_before_anything_is_built(tmp_path, 
 
 def test_the_bench_command_offers_the_real_rungs():
     assert set(bench_cli.SIZES) == set(SIZES) - {"tiny"}
+
+
+def test_the_estimate_without_a_size_is_refused_in_one_sentence(capsys):
+    from hf_vanilla.tools.bench import main
+
+    assert main(["--estimate"]) == 2
+    assert capsys.readouterr().err.strip() == ("hf-vanilla bench: --estimate prices the size ladder: add --size 124m, "
+                                               "350m or 1b.")
