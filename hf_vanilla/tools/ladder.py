@@ -7,7 +7,8 @@ converted with ``convert_checkpoint``. The measurements then run in fresh proces
 (:mod:`hf_vanilla.tools.ladder_child`, run by path so the twin's never import hf_vanilla), in the order ours,
 twin, twin again: the second twin is the A/A control, how far noise alone moves a ratio on this machine. A
 process costs its imports (seconds quiet, tens of seconds under load), so each side has one process for all the
-bfloat16 steps and one for the two training steps: ten processes a rung (:func:`_processes`).
+bfloat16 steps and one for the two training steps: ten processes a rung, seven at 1b, which does not train
+(:func:`_processes`).
 
 Rows (ratio = twin / ours: above 1.0 ours is faster or smaller): ``model code import`` (hf_vanilla against the
 twin's modeling module), ``meta`` (building the model on the meta device), ``load`` (``from_pretrained`` of the

@@ -2,10 +2,11 @@
 
 Run by its path, not as a module, so that importing it imports no hf_vanilla: the ``remote`` process loads the
 converted folder through ``trust_remote_code`` alone, and the twin's processes never see our package.
-Prints one JSON line: {measurement: {"seconds", "peak_mib"?, "tokens"?}}. Peak memory is the process's peak
-resident set above what it held after its imports; it only grows, so each process measures its steps in
-increasing order of memory (load before save, the checkpointed training step before the plain one), and each
-step's peak is the process's peak when that step ends.
+Prints one JSON line: {measurement: {"seconds", "peak_mib"?, "tokens"?}}. A step's peak memory is the peak
+resident set during it above what the process held after its imports (so the save's includes the loaded model,
+a training step's the weights and AdamW's state); the peak restarts at each step where Linux allows it
+(/proc/self/clear_refs), and each process runs its steps in increasing order of memory (load before save, the
+checkpointed training step before the plain one) where it only grows.
 
 One process per side does every step that needs the loaded bfloat16 model (``serve``: code import, meta build,
 load, save, forward, generate), another the two float32 training steps (``train``): a process starts in seconds
@@ -21,18 +22,43 @@ import tempfile
 import time
 
 
+def _status_mib(field: str) -> float | None:
+    """VmRSS (resident now) or VmHWM (its peak) from /proc/self/status, where Linux keeps them."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
 def _peak_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = _status_mib("VmHWM")
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 if peak is None else peak
+
+
+def _reset_peak() -> None:
+    """Start the peak again from what is resident now (Linux: /proc/self/clear_refs); elsewhere it only grows."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")
+    except OSError:
+        pass
 
 
 class Clock:
-    """Each step's seconds and peak memory above the base (the imports), under its measurement's name."""
+    """Each step's seconds and peak memory above the base, what the process held after its imports (not their
+    transient peak, which differs between processes by several MiB), under its measurement's name."""
 
     def __init__(self) -> None:
-        self.base = _peak_mib()
+        resident = _status_mib("VmRSS")
+        self.base = _peak_mib() if resident is None else resident
         self.results: dict[str, dict] = {}
 
     def step(self, name: str, function, *args, **kwargs):
+        _reset_peak()  # the step's peak: what it held at its start (the loaded model, say) and what it added
         start = time.perf_counter()
         value = function(*args, **kwargs)
         self.results[name] = {"seconds": time.perf_counter() - start, "peak_mib": max(0.0, _peak_mib() - self.base)}
