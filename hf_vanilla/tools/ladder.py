@@ -4,8 +4,9 @@ The twin is transformers' own model at the same shape: GPT-2 small (124M), a Lla
 (hidden 2048, 22 layers, 32 heads, 4 key/value heads, intermediate 5632, vocabulary 32000). Its checkpoint is built
 on the meta device, filled by its own initialisation and saved in bfloat16 shards; ours is that checkpoint
 converted with ``convert_checkpoint``. The measurements then run in fresh processes
-(:mod:`hf_vanilla.tools.ladder_child`, run by path so the twin's never import hf_vanilla), in the order ours,
-twin, twin again: the second twin is the A/A control, how far noise alone moves a ratio on this machine. A
+(:mod:`hf_vanilla.tools.ladder_child`, run by path so the twin's never import hf_vanilla), in the order twin,
+ours, twin again: the second twin is the A/A control, how far noise alone moves a ratio on this machine, and a
+load that changes while ours runs moves it too. A
 process costs its imports (seconds quiet, tens of seconds under load), so each side has one process for all the
 bfloat16 steps and one for the two training steps: ten processes a rung, seven at 1b, which does not train
 (:func:`_processes`).
@@ -156,14 +157,17 @@ def _mib(value: float) -> float:
 
 def _processes(name: str) -> list[tuple[str, str]]:
     """The rung's processes in the order they run, (kind, side): the plan both the ladder and its estimate follow.
-    Every measurement of ours is followed by the twin's and the twin's again (the A/A control)."""
+    Each measurement of ours runs between the twin's and the twin's again (the A/A control), so that a load that
+    changes while ours runs moves the A/A spread as well, rather than ours' figure alone."""
     size = SIZES[name]
-    trio = [("ours", "ours"), ("twin", "twin"), ("twin", "twin")]
     plan = [("make", "twin"), ("convert", "to-vanilla"), ("convert", "to-native")]
-    plan += [("serve", side) for side, _ in trio] + [("remote", "ours")]
+    plan += [("serve", side) for side in TRIO] + [("remote", "ours")]
     if size.train:
-        plan += [("train", side) for side, _ in trio]
+        plan += [("train", side) for side in TRIO]
     return plan
+
+
+TRIO = ("twin", "ours", "twin")  # the order of a row's three runs
 
 
 def estimate_seconds(name: str, rates: dict[str, float]) -> list[tuple[str, float]]:
@@ -270,9 +274,12 @@ def ladder(name: str, work: Path, run: Runner = run_child, log: Callable[[str], 
                         note=f"{result['seconds']:.1f} s; goal: one shard + 20% = {goal / checkpoint:.2f}x"))
 
     def trio(kind: str, **extra: Any) -> tuple[dict, dict, dict]:
-        log(f"[{name}] {kind}: ours, twin, twin again")
-        return tuple(timed(f"{kind} {side}", dict(common, kind=kind, side=side, dir=str(folder), **extra))
-                     for side, folder in (("ours", ours_dir), ("twin", twin_dir), ("twin", twin_dir)))
+        """(ours, twin, control), run in :data:`TRIO`'s order."""
+        log(f"[{name}] {kind}: twin, ours, twin again")
+        folders = {"ours": ours_dir, "twin": twin_dir}
+        twin, ours, control = (timed(f"{kind} {side}", dict(common, kind=kind, side=side, dir=str(folders[side]), **extra))
+                               for side in TRIO)
+        return ours, twin, control
 
     def add(label: str, results: Sequence[dict], step: str, memory: bool = True) -> None:
         ours, twin, control = (result[step] for result in results)
