@@ -813,6 +813,16 @@ def _skeleton(model_class: type, config: Any, **kwargs: Any) -> Any:
         return model_class(config, **kwargs)
 
 
+def _untie(model: PreTrainedModel, target: str) -> None:
+    """Give ``target`` a weight of its own on the meta device: tied by the config, apart in the weights (a T5
+    v1.1 head), which is how loading keeps them."""
+    module_name, _, attr = target.rpartition(".")
+    module = model.get_submodule(module_name)
+    tied = getattr(module, attr)
+    setattr(module, attr, nn.Parameter(torch.empty_like(tied, device="meta"), requires_grad=tied.requires_grad))
+    model.all_tied_weights_keys.pop(target, None)
+
+
 def _fill(model: Any, state: dict[str, torch.Tensor]) -> None:
     """Give a meta skeleton the converted tensors, and let the model compute the rest itself.
 
@@ -1023,6 +1033,13 @@ def _plan_to_hf(model: VanillaPreTrainedModel, source_names: set[str], model_typ
         if len(pieces) != counts[name]:
             raise RuntimeError(f"hf_vanilla.convert: {name} needs {counts[name]} parts, found {len(pieces)}.")
     recipes = {name: _Recipe(tuple(pieces[i] for i in sorted(pieces))) for name, pieces in parts.items()}
+    def made_from(name: str) -> list[int]:
+        return [id(model.get_parameter_or_buffer(source)) for source, _ in recipes[name].sources]
+
+    for target, tied_to in list(native.all_tied_weights_keys.items()):
+        # Made from different hf_vanilla tensors (an untied T5 v1.1 head): written apart, else the head is lost.
+        if target in recipes and tied_to in recipes and made_from(target) != made_from(tied_to):
+            _untie(native, target)
     unmatched = sorted(source_names - used)
     missing = sorted(wanted - set(recipes) - computed)
     if unmatched or missing:
@@ -1210,6 +1227,7 @@ class _LazyCheckpoint:
                 for name in handle.keys():
                     tensor = handle.get_slice(name)
                     self.file[name], self.shapes[name], self.dtypes[name] = path, tuple(tensor.get_shape()), tensor.get_dtype()
+        self._untie_as_loading_does(skeleton)
         # Every name of the model's state, tied copies included, and the saved tensor each one reads.
         self.saved_name: dict[str, str] = {}
         owner: dict[int, str] = {}
@@ -1217,6 +1235,21 @@ class _LazyCheckpoint:
         for name in sorted(skeleton.state_dict(), key=lambda n: n not in saved):
             self.saved_name[name] = owner.setdefault(id(skeleton.get_parameter_or_buffer(name)), name)
         self.expected = {name: tuple(tensor.shape) for name, tensor in saved.items()}
+
+    def _untie_as_loading_does(self, skeleton: PreTrainedModel) -> None:
+        """A tie the config declares whose both ends the files hold (a T5 v1.1 head, whose config always ties):
+        different values are kept apart, equal ones are one tensor, as ``from_pretrained`` decides."""
+        for target, tied_to in list(skeleton.all_tied_weights_keys.items()):
+            if target in self.file and tied_to in self.file:
+                if torch.equal(self.read_file(target), self.read_file(tied_to)):
+                    for table in (self.file, self.shapes, self.dtypes):
+                        table.pop(target)
+                else:
+                    _untie(skeleton, target)
+
+    def read_file(self, saved: str) -> torch.Tensor:
+        with safe_open(self.file[saved], framework="pt") as handle:
+            return handle.get_tensor(saved)
 
     @property
     def streamable(self) -> bool:
@@ -1236,9 +1269,7 @@ class _LazyCheckpoint:
         return max(set(floats), key=floats.count) if floats else torch.get_default_dtype()
 
     def read(self, name: str) -> torch.Tensor:
-        saved = self.saved_name[name]
-        with safe_open(self.file[saved], framework="pt") as handle:
-            return handle.get_tensor(saved)
+        return self.read_file(self.saved_name[name])
 
 
 def _data_bytes(path: Path) -> int:

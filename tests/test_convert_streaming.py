@@ -14,9 +14,9 @@ import hf_vanilla.convert as convert
 from hf_vanilla.convert import convert_checkpoint, from_hf
 from tests.test_convert import BARE, CASES, build
 
-# Loaded whole on purpose: Marian's fixed sinusoids are checked against (or recomputed by) a real model; a T5 v1.1
-# checkpoint holds an lm_head its config ties to the embeddings, which loading unties only when the values differ.
-LOADED_WHOLE = ("marian", "marian-model", "t5-v1.1-gated-gelu-untied")
+# Loaded whole on purpose: Marian's fixed sinusoids are checked against (or recomputed by) a real model. (A T5 v1.1
+# checkpoint, whose config ties the lm_head it holds apart, streams: the tie is undone where the values differ.)
+LOADED_WHOLE = ("marian", "marian-model")
 SHARD = "24KB"  # a few shards for every tiny model
 
 
@@ -143,6 +143,22 @@ def test_a_checkpoint_transformers_must_rename_is_loaded_whole_and_converted_the
     in_memory = tmp_path / "in-memory"
     from_hf(native).save_pretrained(in_memory)
     assert_same_tensors(tensors(tmp_path / "vanilla"), tensors(in_memory))
+
+
+def test_a_tied_heads_saved_copy_streams_as_one_tensor(tmp_path, never_loaded_whole):
+    """A checkpoint holding both ends of a tie with equal values (as a .bin turned safetensors does) is tied, as
+    loading ties it, not untied nor loaded whole."""
+    native, _ = build("t5-relu-tied")
+    native.save_pretrained(tmp_path / "native")
+    state = tensors(tmp_path / "native")
+    assert "lm_head.weight" not in state
+    from safetensors.torch import save_file
+    save_file({**state, "lm_head.weight": state["shared.weight"].clone()}, tmp_path / "native" / "model.safetensors",
+              metadata={"format": "pt"})
+    convert_checkpoint(tmp_path / "native", tmp_path / "vanilla")
+    from_hf(native).save_pretrained(tmp_path / "in-memory")
+    assert_same_tensors(tensors(tmp_path / "vanilla"), tensors(tmp_path / "in-memory"))
+    assert json.loads((tmp_path / "vanilla" / "config.json").read_text())["tie_word_embeddings"] is True
 
 
 @pytest.mark.parametrize("name", ["llama-gqa-tied-llama3-rope", "bart", "t5-relu-tied"])

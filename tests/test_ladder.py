@@ -11,11 +11,12 @@ from hf_vanilla.tools import bench_cli, ladder
 from hf_vanilla.tools.ladder import SIZES, format_table, run_child, run_in_process
 
 ROWS = [
-    "convert-to-vanilla peak / checkpoint", "convert-to-native peak / checkpoint", "meta build time",
-    "load bf16 time", "load bf16 peak RSS", "load-remote time", "load-remote peak RSS", "save_pretrained time",
-    "save_pretrained peak RSS", "forward bf16", "train step fp32 AdamW time", "train step fp32 AdamW peak RSS",
-    "train step fp32 AdamW + checkpointing time", "train step fp32 AdamW + checkpointing peak RSS",
-    "generate b1 bf16 (tokens identical)", "generate b8 bf16 (tokens identical)",
+    "convert-to-vanilla peak / checkpoint", "convert-to-native peak / checkpoint", "model code import time",
+    "meta build time", "load bf16 time", "load bf16 peak RSS", "load-remote code import time", "load-remote time",
+    "load-remote peak RSS", "save_pretrained time", "save_pretrained peak RSS", "forward bf16",
+    "train step fp32 AdamW time", "train step fp32 AdamW peak RSS", "train step fp32 AdamW + checkpointing time",
+    "train step fp32 AdamW + checkpointing peak RSS", "generate b1 bf16 (tokens identical)",
+    "generate b8 bf16 (tokens identical)",
 ]
 
 
@@ -25,7 +26,12 @@ def test_the_tiny_rung_measures_every_row_against_the_twin(tmp_path):
     def run(spec):
         specs.append(spec)
         # trust_remote_code without the package needs a process that never imported it; the rest runs here.
-        return run_child(spec) if spec["kind"] == "load-remote" else run_in_process(spec)
+        result = run_child(spec) if spec["kind"] == "remote" else run_in_process(spec)
+        if spec["kind"] == "train":  # which run a row's figure came from: ours 1 s, the twin 2 s, its control 3 s
+            twins = sum(earlier["kind"] == "train" and earlier["side"] == "twin" for earlier in specs)
+            for step in result.values():
+                step["seconds"] = 1.0 if spec["side"] == "ours" else 1.0 + twins
+        return result
 
     rows = ladder.ladder("tiny", tmp_path, run=run, log=lambda message: None)
     assert [row.name for row in rows] == ROWS
@@ -33,11 +39,30 @@ def test_the_tiny_rung_measures_every_row_against_the_twin(tmp_path):
         assert all(math.isfinite(value) and value >= 0 for value in (row.ours, row.twin, row.control)), row
     timed = [row for row in rows if row.unit in ("s", "tokens/s")]
     assert all(row.ours > 0 and row.twin > 0 and row.ratio > 0 for row in timed)
-    # ours is measured on the converted folder, the twin (twice: the A/A control) on its own
-    for kind in ("load", "save", "forward", "train", "generate", "meta"):
+    # ours is measured on the converted folder, between the twin's two runs on its own (the second: the A/A control)
+    for kind in ("serve", "train"):
         sides = [(spec["side"], spec["dir"].rsplit("/", 1)[-1]) for spec in specs if spec["kind"] == kind]
-        assert sides[:3] == [("ours", "ours"), ("twin", "twin"), ("twin", "twin")], kind
+        assert sides == [("twin", "twin"), ("ours", "ours"), ("twin", "twin")], kind
+    train = next(row for row in rows if row.name == "train step fp32 AdamW time")
+    assert (train.ours, train.twin, train.control) == (1.0, 2.0, 3.0)
+    # the estimate follows the same plan: one line per process the ladder ran
+    assert [spec["kind"] for spec in specs] == [kind for kind, _ in ladder._processes("tiny")]
     assert "| load bf16 time |" in format_table("tiny", rows)
+
+
+RATES = dict(import_s=5.0, fp32_flops=100e9, bf16_flops=50e9, bf16_flops_b1=2e9, bf16_flops_conv1d=5e9,
+             fill_per_s=2e8, write_bytes_per_s=500e6)
+
+
+def test_the_estimate_lists_every_process_and_grows_with_the_size():
+    totals = {name: sum(s for _, s in ladder.estimate_seconds(name, RATES)) for name in ("124m", "350m", "1b")}
+    assert len(ladder.estimate_seconds("1b", RATES)) == 7 and len(ladder.estimate_seconds("350m", RATES)) == 10
+    assert totals["124m"] < totals["350m"]
+    # every process pays its imports; twice the imports' cost moves each rung by exactly that many processes
+    slower = {name: sum(s for _, s in ladder.estimate_seconds(name, {**RATES, "import_s": 10.0})) for name in totals}
+    assert slower["124m"] - totals["124m"] == pytest.approx(5.0 * (10 + 1))  # the remote process imports twice
+    plan = ladder.format_plan(["124m", "1b"], RATES)
+    assert "--size 124m: 10 processes" in plan and "--size 1b: 7 processes" in plan and "all: about" in plan
 
 
 def test_a_size_that_does_not_fit_is_refused_before_anything_is_built(tmp_path, monkeypatch):
@@ -50,3 +75,11 @@ def test_a_size_that_does_not_fit_is_refused_before_anything_is_built(tmp_path, 
 
 def test_the_bench_command_offers_the_real_rungs():
     assert set(bench_cli.SIZES) == set(SIZES) - {"tiny"}
+
+
+def test_the_estimate_without_a_size_is_refused_in_one_sentence(capsys):
+    from hf_vanilla.tools.bench import main
+
+    assert main(["--estimate"]) == 2
+    assert capsys.readouterr().err.strip() == ("hf-vanilla bench: --estimate prices the size ladder: add --size 124m, "
+                                               "350m or 1b.")

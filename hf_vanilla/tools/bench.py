@@ -60,6 +60,7 @@ from transformers import (
 )
 
 from ..configuration_vanilla import VanillaConfig
+from ..errors import refuse
 from ..files.atomic import atomic_write_json
 from ..modeling_vanilla import VanillaForCausalLM, VanillaForMaskedLM, VanillaForSeq2SeqLM
 from ..presets import PRESETS
@@ -615,11 +616,14 @@ def log_message(message: object) -> None:
 
 
 def run_from_args(args: argparse.Namespace) -> int:
+    if getattr(args, "estimate", False) and not args.size:
+        return refuse("bench", ValueError("--estimate prices the size ladder: add --size 124m, 350m or 1b."))
     if args.size:  # the size ladder: its own rows, each in a fresh process
         from .ladder import Options, run_ladder
 
         try:
-            run_ladder(Options(sizes=args.size, work=args.work, json=args.json, threads=args.threads), log=log_message)
+            run_ladder(Options(sizes=args.size, work=args.work, json=args.json, threads=args.threads,
+                               estimate=args.estimate), log=log_message)
         except MemoryError as error:
             print(f"hf-vanilla bench: {error}", file=sys.stderr)
             return 1

@@ -30,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", nargs="+", choices=SIZES, default=None,
                         help="instead: the size ladder at the user's size (GPT-2 124M, Llama 350M, TinyLlama 1.1B), "
                         "each measurement in a fresh process against the twin (see hf_vanilla.tools.ladder)")
+    parser.add_argument("--estimate", action="store_true",
+                        help="with --size: print the plan, each process's estimated seconds from this machine's rates "
+                        "now and the memory it needs; build nothing")
     parser.add_argument("--work", metavar="DIR", default=None,
                         help="with --size: where the checkpoints are written (default: the system's temporary folder)")
     parser.add_argument("--json", metavar="FILE", help="write the rows as JSON: "

@@ -3,19 +3,26 @@
 The twin is transformers' own model at the same shape: GPT-2 small (124M), a Llama of 350M, TinyLlama's 1.1B
 (hidden 2048, 22 layers, 32 heads, 4 key/value heads, intermediate 5632, vocabulary 32000). Its checkpoint is built
 on the meta device, filled by its own initialisation and saved in bfloat16 shards; ours is that checkpoint
-converted with ``convert_checkpoint``. Every measurement then runs in a fresh process
-(:mod:`hf_vanilla.tools.ladder_child`, run by path so the twin's never import hf_vanilla), in the order ours,
-twin, twin again: the second twin is the A/A control, how far noise alone moves a ratio on this machine.
+converted with ``convert_checkpoint``. The measurements then run in fresh processes
+(:mod:`hf_vanilla.tools.ladder_child`, run by path so the twin's never import hf_vanilla), in the order twin,
+ours, twin again: the second twin is the A/A control, how far noise alone moves a ratio on this machine, and a
+load that changes while ours runs moves it too. A
+process costs its imports (seconds quiet, tens of seconds under load), so each side has one process for all the
+bfloat16 steps and one for the two training steps: ten processes a rung, seven at 1b, which does not train
+(:func:`_processes`).
 
-Rows (ratio = twin / ours: above 1.0 ours is faster or smaller): ``meta`` (building the model on the meta
-device), ``load`` (``from_pretrained`` of the sharded bfloat16 folder: time and peak resident memory),
-``load-remote`` (ours through ``trust_remote_code`` without the package imported, against the twin's load),
-``save`` (``save_pretrained``), ``forward-bf16`` (one forward of 128 tokens), ``train`` and ``train-checkpointing``
-(one float32 AdamW step, s/step and peak memory; 124m and 350m), ``generate-b1``/``generate-b8`` (greedy new
-tokens/s, the tokens of both models asserted identical; 1b), and ``convert-to-vanilla``/``convert-to-native``
-(time, and peak memory against the checkpoint's size: the goal is one shard plus 20%).
+Rows (ratio = twin / ours: above 1.0 ours is faster or smaller): ``model code import`` (hf_vanilla against the
+twin's modeling module), ``meta`` (building the model on the meta device), ``load`` (``from_pretrained`` of the
+sharded bfloat16 folder, the process's first: time and peak resident memory), ``load-remote`` (ours through
+``trust_remote_code`` without the package imported: the import of the folder's code against the twin's modeling
+module, then the load against the twin's load), ``save`` (``save_pretrained``), ``forward-bf16`` (one forward of
+128 tokens), ``train`` and ``train-checkpointing`` (one float32 AdamW step, s/step and peak memory; 124m and 350m),
+``generate-b1``/``generate-b8`` (greedy new tokens/s, the tokens of both models asserted identical; 1b), and
+``convert-to-vanilla``/``convert-to-native`` (time, and peak memory against the checkpoint's size: the goal is one
+shard plus 20%).
 
-Sizes whose estimated peak does not fit in the memory available now are refused before anything is allocated.
+Sizes whose estimated peak does not fit in the memory available now are refused before anything is allocated;
+``--estimate`` prints the plan with each process's estimated seconds from this machine's rates now.
 """
 
 from __future__ import annotations
@@ -49,7 +56,13 @@ class Size:
     train: bool
     generate: bool
     length: int = 128  # tokens of a forward or a training step
+    prompt: int = 16  # generate's prompt
     new_tokens: int = 8
+    twin_conv1d: bool = False  # GPT-2's Conv1D: [in, out] weights, which bfloat16 multiplies slowly on some CPUs
+
+    @property
+    def generate_batches(self) -> tuple[int, ...]:
+        return (1, 8) if self.generate else ()
 
 
 LLAMA_1B = dict(vocab_size=32000, hidden_size=2048, num_hidden_layers=22, num_attention_heads=32,
@@ -59,12 +72,15 @@ SIZES: dict[str, Size] = {
                  num_attention_heads=4, num_key_value_heads=2, intermediate_size=128, max_position_embeddings=64),
                  parameters=100_000, shard="40KB", train=True, generate=True, length=16, new_tokens=4),
     "124m": Size("GPT2LMHeadModel", "GPT2Config", dict(vocab_size=50257, n_embd=768, n_layer=12, n_head=12,
-                 n_positions=1024), parameters=124_439_808, shard="100MB", train=True, generate=False),
+                 n_positions=1024), parameters=124_439_808, shard="100MB", train=True, generate=False,
+                 twin_conv1d=True),
     "350m": Size("LlamaForCausalLM", "LlamaConfig", dict(vocab_size=32000, hidden_size=1024, num_hidden_layers=24,
                  num_attention_heads=16, num_key_value_heads=16, intermediate_size=2816, max_position_embeddings=2048,
                  tie_word_embeddings=False), parameters=374_000_000, shard="250MB", train=True, generate=False),
+    # bfloat16 products run at a few GFLOP/s on a CPU without bfloat16 instructions: at 1.1B a forward of 32
+    # tokens, and prompts of 4, keep the rung within minutes
     "1b": Size("LlamaForCausalLM", "LlamaConfig", LLAMA_1B, parameters=1_100_048_384, shard="1GB", train=False,
-               generate=True),
+               generate=True, length=32, prompt=4),
 }
 
 
@@ -139,6 +155,91 @@ def _mib(value: float) -> float:
     return round(value, 1)
 
 
+def _processes(name: str) -> list[tuple[str, str]]:
+    """The rung's processes in the order they run, (kind, side): the plan both the ladder and its estimate follow.
+    Each measurement of ours runs between the twin's and the twin's again (the A/A control), so that a load that
+    changes while ours runs moves the A/A spread as well, rather than ours' figure alone."""
+    size = SIZES[name]
+    plan = [("make", "twin"), ("convert", "to-vanilla"), ("convert", "to-native")]
+    plan += [("serve", side) for side in TRIO] + [("remote", "ours")]
+    if size.train:
+        plan += [("train", side) for side in TRIO]
+    return plan
+
+
+TRIO = ("twin", "ours", "twin")  # the order of a row's three runs
+
+
+def estimate_seconds(name: str, rates: dict[str, float]) -> list[tuple[str, float]]:
+    """Each process's seconds on a machine with ``rates`` (:func:`calibrate`): its imports, plus its products at
+    the measured float32/bfloat16 rates, plus its bytes written at the measured speed. A plan, not a promise: the
+    rates are a 1024x4096 product's, and a model's layers run a little slower than that."""
+    size = SIZES[name]
+    params, length, new = size.parameters, size.length, size.new_tokens
+    checkpoint = 2 * params  # bfloat16
+    start = rates["import_s"] + 1.0  # + transformers' first from_pretrained (it compiles its key-renaming rules)
+    write = checkpoint / rates["write_bytes_per_s"]
+
+    def serve(side: str) -> float:
+        bf16 = rates["bf16_flops_conv1d" if size.twin_conv1d and side == "twin" else "bf16_flops"]
+        seconds = 2 * write + 2 * params * (length + 8) / bf16  # save, load; the forward and its warm-up
+        for batch in size.generate_batches:  # warm-up (4 tokens, 2 new), prompt, new tokens one at a time
+            per_token = 2 * params * batch / min(batch * rates["bf16_flops_b1"], bf16)
+            seconds += (new + 2) * per_token + 2 * params * batch * (size.prompt + 4) / bf16
+        return seconds
+
+    def steps(kind: str, side: str) -> float:
+        return {
+            "make": lambda: params / rates["fill_per_s"] + write,
+            "convert": lambda: 2 * write,
+            "serve": lambda: serve(side),
+            "remote": lambda: rates["import_s"] + write,
+            # the checkpointed step runs the forward twice: 8 flops a parameter and token, the plain step 6;
+            # AdamW's three steps make about four passes over the parameters each (at most a random fill's speed)
+            "train": lambda: 2 * write + 14 * params * length / rates["fp32_flops"]
+            + 3 * 4 * params / rates["fill_per_s"],
+        }[kind]()
+
+    return [(f"{kind} {side}", start + steps(kind, side)) for kind, side in _processes(name)]
+
+
+COMPUTED = ("import_s", "fp32_flops", "bf16_flops", "bf16_flops_b1", "bf16_flops_conv1d", "fill_per_s")
+
+
+def quiet(rates: dict[str, float]) -> dict[str, float]:
+    """The same machine with its CPUs all ours: what the processor does goes 1 / cpu_share faster, writing not."""
+    share = rates.get("cpu_share", 1.0)
+    return {key: (value * share if key == "import_s" else value / share) if key in COMPUTED else value
+            for key, value in rates.items()}
+
+
+def calibrate(run: Runner | None = None, scratch: str | None = None) -> dict[str, float]:
+    """The rates of this machine now, measured by one fresh process (its imports are the first rate)."""
+    return (run or run_child)(dict(kind="calibrate", scratch=scratch))
+
+
+def format_plan(names: Sequence[str], rates: dict[str, float]) -> str:
+    lines = [f"Rates now: imports {rates['import_s']:.1f} s a process, float32 {rates['fp32_flops'] / 1e9:.1f} "
+             f"GFLOP/s, bfloat16 {rates['bf16_flops'] / 1e9:.1f} GFLOP/s ({rates['bf16_flops_b1'] / 1e9:.2f} at one "
+             f"row, {rates['bf16_flops_conv1d'] / 1e9:.2f} in Conv1D's layout), writing "
+             f"{rates['write_bytes_per_s'] / 1e6:.0f} MB/s; load average {os.getloadavg()[0]:.1f} "
+             f"on {os.cpu_count()} CPUs"]
+    share = rates.get("cpu_share", 1.0)
+    lines.append(f"This process got {share:.0%} of its threads' CPUs; 'quiet' assumes all of them.")
+    totals = [0.0, 0.0]
+    for name in names:
+        now, alone = estimate_seconds(name, rates), estimate_seconds(name, quiet(rates))
+        rung = [sum(seconds for _, seconds in steps) for steps in (now, alone)]
+        totals = [total + seconds for total, seconds in zip(totals, rung, strict=True)]
+        lines.append(f"--size {name}: {len(now)} processes, about {rung[0] / 60:.1f} min now, {rung[1] / 60:.1f} "
+                     f"quiet; peak memory about {estimate_peak_bytes(SIZES[name]) / GIB:.1f} GiB "
+                     f"({available_bytes() / GIB:.1f} GiB available)")
+        lines += [f"    {step:<22} {seconds:6.0f} s now {quietly:6.0f} s quiet"
+                  for (step, seconds), (_, quietly) in zip(now, alone, strict=True)]
+    lines.append(f"all: about {totals[0] / 60:.1f} min now, {totals[1] / 60:.1f} min quiet")
+    return "\n".join(lines)
+
+
 def ladder(name: str, work: Path, run: Runner = run_child, log: Callable[[str], None] = print,
            threads: int | None = None) -> list[Row]:
     """Every row of one rung, measured in ``work`` (which receives the two checkpoints)."""
@@ -147,16 +248,24 @@ def ladder(name: str, work: Path, run: Runner = run_child, log: Callable[[str], 
     twin_dir, ours_dir, back_dir = work / "twin", work / "ours", work / "back"
     common = dict(threads=threads, shard=size.shard, scratch=str(work))
     started = time.perf_counter()
+    spent: list[tuple[str, float]] = []
+
+    def timed(label: str, spec: dict[str, Any]) -> dict[str, Any]:
+        begun = time.perf_counter()
+        result = run(spec)
+        spent.append((label, time.perf_counter() - begun))
+        return result
+
     log(f"[{name}] building the twin on the meta device, filling it, saving bfloat16 shards of {size.shard}")
-    run(dict(common, kind="make", model_class=size.model_class, config_class=size.config_class,
-             config=size.config, out=str(twin_dir)))
+    timed("make twin", dict(common, kind="make", model_class=size.model_class, config_class=size.config_class,
+                            config=size.config, out=str(twin_dir)))
     checkpoint = sum(p.stat().st_size for p in twin_dir.glob("*.safetensors"))
     largest = max(p.stat().st_size for p in twin_dir.glob("*.safetensors"))
     rows: list[Row] = []
 
     log(f"[{name}] convert_checkpoint both ways ({checkpoint / GIB:.2f} GiB, largest shard {largest / GIB:.2f} GiB)")
-    there = run(dict(common, kind="convert", dir=str(twin_dir), out=str(ours_dir)))
-    back = run(dict(common, kind="convert", dir=str(ours_dir), out=str(back_dir)))
+    there = timed("convert to-vanilla", dict(common, kind="convert", dir=str(twin_dir), out=str(ours_dir)))["convert"]
+    back = timed("convert to-native", dict(common, kind="convert", dir=str(ours_dir), out=str(back_dir)))["convert"]
     shutil.rmtree(back_dir)
     goal = largest + 0.2 * checkpoint
     for direction, result in (("to-vanilla", there), ("to-native", back)):
@@ -165,40 +274,46 @@ def ladder(name: str, work: Path, run: Runner = run_child, log: Callable[[str], 
                         note=f"{result['seconds']:.1f} s; goal: one shard + 20% = {goal / checkpoint:.2f}x"))
 
     def trio(kind: str, **extra: Any) -> tuple[dict, dict, dict]:
-        log(f"[{name}] {kind} {extra or ''}".rstrip())
-        ours = run(dict(common, kind=kind, side="ours", dir=str(ours_dir), **extra))
-        twin = run(dict(common, kind=kind, side="twin", dir=str(twin_dir), **extra))
-        control = run(dict(common, kind=kind, side="twin", dir=str(twin_dir), **extra))
+        """(ours, twin, control), run in :data:`TRIO`'s order."""
+        log(f"[{name}] {kind}: twin, ours, twin again")
+        folders = {"ours": ours_dir, "twin": twin_dir}
+        twin, ours, control = (timed(f"{kind} {side}", dict(common, kind=kind, side=side, dir=str(folders[side]), **extra))
+                               for side in TRIO)
         return ours, twin, control
 
-    def add(label: str, results: tuple[dict, dict, dict], memory: bool = True) -> None:
-        ours, twin, control = results
+    def add(label: str, results: Sequence[dict], step: str, memory: bool = True) -> None:
+        ours, twin, control = (result[step] for result in results)
         rows.append(Row(f"{label} time", "s", ours["seconds"], twin["seconds"], control["seconds"]))
         if memory:
             rows.append(Row(f"{label} peak RSS", "MiB", _mib(ours["peak_mib"]), _mib(twin["peak_mib"]),
                             _mib(control["peak_mib"])))
 
-    add("meta build", trio("meta"), memory=False)
-    add("load bf16", trio("load"))
-    remote = run(dict(common, kind="load-remote", side="ours", dir=str(ours_dir)))
-    load = [row for row in rows if row.name.startswith("load bf16")]
-    rows.append(Row("load-remote time", "s", remote["seconds"], load[0].twin, load[0].control))
-    rows.append(Row("load-remote peak RSS", "MiB", _mib(remote["peak_mib"]), load[1].twin, load[1].control))
-    add("save_pretrained", trio("save"))
-    forward = trio("forward", batch=1, length=size.length)
-    rows.append(Row("forward bf16", "tokens/s", *(size.length / r["seconds"] for r in forward), higher_is_better=True))
+    served = trio("serve", length=size.length, generate_batches=list(size.generate_batches), prompt=size.prompt,
+                  new_tokens=size.new_tokens)
+    add("model code import", served, "import", memory=False)
+    add("meta build", served, "meta", memory=False)
+    add("load bf16", served, "load")
+    log(f"[{name}] load through trust_remote_code, the package not imported")
+    remote = timed("remote ours", dict(common, kind="remote", side="ours", dir=str(ours_dir)))
+    twin_import, twin_load = (tuple(result[step] for result in served[1:]) for step in ("import", "load"))
+    rows.append(Row("load-remote code import time", "s", remote["import"]["seconds"], *(r["seconds"] for r in twin_import)))
+    rows.append(Row("load-remote time", "s", remote["load"]["seconds"], *(r["seconds"] for r in twin_load)))
+    rows.append(Row("load-remote peak RSS", "MiB", _mib(remote["load"]["peak_mib"]), *(_mib(r["peak_mib"]) for r in twin_load)))
+    add("save_pretrained", served, "save")
+    rows.append(Row("forward bf16", "tokens/s", *(size.length / r["forward"]["seconds"] for r in served),
+                    higher_is_better=True))
     if size.train:
-        for checkpointing in (False, True):
-            label = "train step fp32 AdamW" + (" + checkpointing" if checkpointing else "")
-            add(label, trio("train", batch=1, length=size.length, checkpointing=checkpointing))
-    if size.generate:
-        for batch in (1, 8):
-            results = trio("generate", batch=batch, length=16, new_tokens=size.new_tokens)
-            tokens = [r["tokens"] for r in results]
-            assert tokens[0] == tokens[1] == tokens[2], f"greedy tokens differ at batch {batch}: {tokens}"
-            rows.append(Row(f"generate b{batch} bf16 (tokens identical)", "tokens/s",
-                            *(batch * size.new_tokens / r["seconds"] for r in results), higher_is_better=True))
-    log(f"[{name}] done in {time.perf_counter() - started:.0f} s")
+        trained = trio("train", length=size.length)
+        add("train step fp32 AdamW", trained, "train")
+        add("train step fp32 AdamW + checkpointing", trained, "train-checkpointing")
+    for batch in size.generate_batches:
+        results = [r[f"generate-b{batch}"] for r in served]
+        tokens = [r["tokens"] for r in results]
+        assert tokens[0] == tokens[1] == tokens[2], f"greedy tokens differ at batch {batch}: {tokens}"
+        rows.append(Row(f"generate b{batch} bf16 (tokens identical)", "tokens/s",
+                        *(batch * size.new_tokens / r["seconds"] for r in results), higher_is_better=True))
+    log(f"[{name}] done in {time.perf_counter() - started:.0f} s: "
+        + ", ".join(f"{label} {seconds:.0f} s" for label, seconds in spent))
     return rows
 
 
@@ -217,11 +332,16 @@ class Options:
     work: str | None = None
     json: str | None = None
     threads: int | None = None
+    estimate: bool = False  # print the plan and its estimated minutes from this machine's rates, build nothing
 
 
 def run_ladder(options: Options, log: Callable[[str], None] = print) -> dict[str, list[Row]]:
+    if options.estimate:
+        log(format_plan(options.sizes, calibrate(scratch=options.work)))
     for name in options.sizes:  # every size is checked before the first is built
         refuse_if_too_large(name, SIZES[name])
+    if options.estimate:
+        return {}
     results = {}
     for name in options.sizes:
         with tempfile.TemporaryDirectory(dir=options.work, prefix=f"ladder-{name}-") as work:
@@ -234,5 +354,5 @@ def run_ladder(options: Options, log: Callable[[str], None] = print) -> dict[str
     return results
 
 
-__all__ = ["SIZES", "Options", "Row", "Size", "estimate_peak_bytes", "format_table", "ladder", "run_child",
-           "run_in_process", "run_ladder"]
+__all__ = ["SIZES", "Options", "Row", "Size", "calibrate", "quiet", "estimate_peak_bytes", "estimate_seconds", "format_plan",
+           "format_table", "ladder", "run_child", "run_in_process", "run_ladder"]
