@@ -220,7 +220,6 @@ def test_save_killed_midway_leaves_previous_checkpoint_intact(tmp_path):
             os._exit(137)  # as abrupt as SIGKILL: no cleanup, no exception handlers
         mu.safe_save_file = dies_midway
         from hf_vanilla.files.atomic import save_pretrained_atomic
-from hf_vanilla.variants import activation_condition, field_is_active
         save_pretrained_atomic(tiny_model("decoder", "rope", seed=99), {str(tmp_path / "ckpt")!r})
     """)
     result = subprocess.run([sys.executable, "-c", script], cwd=os.getcwd(), capture_output=True, text=True)
