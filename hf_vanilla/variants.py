@@ -430,7 +430,8 @@ def rows_of(config: Any) -> tuple[Variant, ...]:
         differing = [r for r in rows(option) if r.value == NON_DEFAULT
                      and value != (r.default_of(config) if r.default_of else _default(config, option))]
         used += named or differing
-    return tuple(sorted(used, key=VARIANTS.index))
+    place = {id(r): i for i, r in enumerate(VARIANTS)}  # by identity: comparing rows field by field is slow
+    return tuple(sorted(used, key=lambda r: place[id(r)]))
 
 
 def _default(config: Any, name: str) -> Any:
