@@ -42,11 +42,12 @@ from transformers.utils import logging
 
 from . import modeling_vanilla, variants
 from .checkpoint import PICKLE_SUFFIXES, load_complete, weight_files
-from .configuration_vanilla import VanillaConfig, field_default, field_is_active, rows_of
+from .configuration_vanilla import VanillaConfig, field_default
 from .errors import HfVanillaError, refuse
 from .files.atomic import staged_folder
 from .files.output_folder import OutputFolder
 from .modeling_vanilla import VanillaPreTrainedModel
+from .variants import field_is_active, rows_of
 
 # ----------------------------------------------------------------------------------------------
 # The description format

@@ -10,13 +10,7 @@ every transformers release from 5.16.1 (the differences between them are bridged
 """
 
 # First: the configuration module refuses a transformers release older than these files support.
-from .configuration_vanilla import (
-    HEAD_FAMILIES,
-    VanillaConfig,
-    auto_map_for,
-    check_rope_settings,
-    scheme_row,
-)
+from .configuration_vanilla import VanillaConfig, auto_map_for
 
 # isort: split
 import math
@@ -66,7 +60,7 @@ from .transformers_releases import (
     refuse_engine_classifier,
     refuse_engine_options,
 )
-from .variants import enter_class
+from .variants import check_rope_settings, enter_class, head_families, scheme_row
 
 #: The projections LoRA adapts when ``LoraConfig()`` names none (as PEFT's defaults for Llama).
 LORA_TARGET_MODULES = ("q_proj", "v_proj")
@@ -576,8 +570,8 @@ class VanillaPreTrainedModel(InitialisesItself, PreTrainedModel):
     _keys_to_ignore_on_load_unexpected = [r"^pooler\."]
 
     def __init__(self, config: VanillaConfig, *args, **kwargs):
-        family_heads = HEAD_FAMILIES.get(type(self).__name__)
-        if family_heads is not None and config.architecture not in family_heads:
+        family_heads = head_families(type(self).__name__)
+        if family_heads and config.architecture not in family_heads:
             raise ValueError(
                 f"{type(self).__name__} does not fit architecture={config.architecture!r}; it needs "
                 f"{' or '.join(map(repr, family_heads))}. Build the config with a matching `architecture`."

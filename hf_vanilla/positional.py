@@ -29,8 +29,8 @@ from torch import nn
 from transformers import initialization as init
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS, dynamic_rope_update
 
-from .configuration_vanilla import VanillaConfig, scheme_row
-from .variants import enter_class, row
+from .configuration_vanilla import VanillaConfig
+from .variants import enter_class, row, scheme_row
 
 
 @dataclass

@@ -95,8 +95,11 @@ load average 1-3): 6/6 models pass (6 distinct folders), 4 min.
 
 
 def _label(row: variants.Variant) -> str:
-    value = "≠ default" if row.value == variants.NON_DEFAULT else repr(row.value)
-    return f"`{row.option}={value}`" if row.value != variants.NON_DEFAULT else f"`{row.option}` {value}"
+    if row.value != variants.NON_DEFAULT:
+        return f"`{row.option}={row.value!r}`"
+    if variants.values(row.option) == (variants.NON_DEFAULT,):
+        return f"`{row.option}` ≠ default"
+    return f"`{row.option}` any other (`{row.example!r}` in the checks)"  # the values no other row names
 
 
 def backend_cell(row: variants.Variant, backend: str) -> str:

@@ -39,8 +39,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPast  # noqa: E402
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS  # noqa: E402
 from transformers.utils.deprecation import deprecate_kwarg  # noqa: E402
 
-from .variants import VLLM_CLASSIFIER_REFUSAL, Variant, row, values  # noqa: E402
-from .variants import rows_of as rows_in_table  # noqa: E402
+from .variants import VLLM_CLASSIFIER_REFUSAL, row, rows_of, values  # noqa: E402
 
 if TYPE_CHECKING:
     from .configuration_vanilla import VanillaConfig
@@ -147,12 +146,6 @@ class AttentionDecidedWhenSet:
 #: Where PreTrainedConfig stores the attention implementation: its ``_attn_implementation`` property, the config's
 #: ``attn_implementation`` argument and PreTrainedModel (init, ``set_attn_implementation``) all write this attribute.
 ATTENTION_IMPLEMENTATION_ATTRIBUTE = "_attn_implementation_internal"
-
-
-def rows_of(config: "VanillaConfig") -> tuple[Variant, ...]:
-    """The table's rows this config uses (a NON_DEFAULT row where its option differs from the field's default)."""
-    defaults = type(config).__dataclass_fields__
-    return rows_in_table(config, lambda name: defaults[name].default)
 
 
 def vllm_refusals(config: "VanillaConfig") -> list[str]:

@@ -1,20 +1,27 @@
-"""One table of variants: every value of every structural option, and what it needs of each engine.
+"""One table of variants: every value of every structural option, and what it needs of each engine; and the rules
+read from it.
 
 A row says what one value of one config field *is* (does it add to the embeddings, add a bias to the attention
-scores, hold parameters, which fields take effect only with it) and what each engine does with it (tensor
-parallelism splits its heads or keeps them whole; vLLM serves it, serves it through another field, or is refused
-with a reason; each exporter carries it or fails for a stated reason; which ``to_hf`` targets compute it natively).
-Config validation, the inactive-options rule, the parallel plans, the engine refusals, convert's relevant fields
-and native forms, scripts and the tests' grids read this table; nothing else lists option values.
+scores, hold parameters, which fields take effect only with it, what else a config using it must satisfy, which
+model classes sit on a family) and what each engine does with it (tensor parallelism splits its heads or keeps them
+whole; vLLM serves it, serves it through another field, or is refused with a reason; each exporter carries it or
+fails for a stated reason; which ``to_hf`` targets compute it natively). Below the table, read from it when asked
+(nothing copies it at import): the allowed values of the fields, the inactive-options rule and the parallel plans
+VanillaConfig validates and gives transformers; the engine refusals, convert's relevant fields and native forms,
+scripts and the tests' grids read it too. Nothing else lists option values.
 
 A new value is one row here (``register``) and, for a positional scheme, one class in positional.py naming it; a new
 norm or activation is one row and, where transformers has no such module (an activation outside ``ACT2FN``, any
-norm), one class in modeling_vanilla.py naming it. A value is registered once: a second row or class for it is refused.
+norm), one class in modeling_vanilla.py naming it. Any other parameter-free activation of ``ACT2FN`` is taken by name,
+as built-in configs take it (one row stands for them). A value is registered once: a second row or class for it is
+refused.
 
-This file travels to the Hub with the model: it imports only the standard library.
+This file travels to the Hub with the model: it imports only the standard library (the RoPE and activation checks
+read transformers' tables when they run).
 """
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -76,6 +83,10 @@ class Variant:
     #: For a NON_DEFAULT row of a field that, left unset, follows other fields (``num_key_value_heads`` follows
     #: ``num_attention_heads``): that value, from the config; the row is in use where the field differs from it.
     default_of: Callable[[Any], Any] | None = None
+    #: What a config using this row must also satisfy (its settings' ranges): raises a ValueError saying the fix.
+    check: Callable[[Any], None] | None = None
+    #: For an ``architecture`` row: the model classes (of :data:`AUTO_CLASSES`) that sit on this family.
+    heads: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         exporters = [name for name, _ in self.export_refusals if name not in EXPORTERS]
@@ -130,7 +141,96 @@ def _even_split(config: Any) -> int:
 
 
 def _unscaled_rope(config: Any) -> dict[str, Any]:
-    return {"rope_type": "default", "rope_theta": config.rope_parameters.get("rope_theta")}
+    given = config.rope_parameters if isinstance(config.rope_parameters, dict) else {}  # its row's check refuses it
+    return {"rope_type": "default", "rope_theta": given.get("rope_theta")}
+
+
+#: Each model class hf_vanilla offers and the Auto class that loads it; the ``architecture`` rows name which of them
+#: sit on each family (``heads``).
+AUTO_CLASSES: dict[str, str] = {
+    "VanillaModel": "AutoModel",
+    "VanillaForCausalLM": "AutoModelForCausalLM",
+    "VanillaForMaskedLM": "AutoModelForMaskedLM",
+    "VanillaForSeq2SeqLM": "AutoModelForSeq2SeqLM",
+    "VanillaForSequenceClassification": "AutoModelForSequenceClassification",
+    "VanillaForTokenClassification": "AutoModelForTokenClassification",
+    "VanillaForQuestionAnswering": "AutoModelForQuestionAnswering",
+}
+_EVERY_FAMILY_HEADS = ("VanillaModel", "VanillaForSequenceClassification")
+_TOKEN_HEADS = ("VanillaForTokenClassification", "VanillaForQuestionAnswering")
+
+
+def is_finite_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_rope(config: Any) -> None:
+    """transformers only warns about these; the rotary tables would then be NaN, wrong or the wrong shape."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # imports torch: only for RoPE configs
+
+    rope_parameters = config.rope_parameters
+
+    def refuse(problem: str) -> None:
+        raise ValueError(f"VanillaConfig.rope_parameters={rope_parameters!r}: {problem}.")
+
+    if config.head_dim % 2:
+        raise ValueError(f"VanillaConfig.head_dim={config.head_dim} must be even for position_embedding_type='rope'.")
+    if not isinstance(rope_parameters, dict):
+        refuse("position_embedding_type='rope' needs a dict such as {'rope_type': 'default', 'rope_theta': 10000.0}")
+    rope_type = rope_parameters.get("rope_type", "default")
+    known = ("default", *ROPE_INIT_FUNCTIONS)
+    if rope_type not in known:
+        refuse(f"rope_type {rope_type!r} is unknown; choose one of {', '.join(map(repr, known))}")
+    for key, value in rope_parameters.items():
+        numbers = value if isinstance(value, list) else [value]
+        if key != "rope_type" and not all(is_finite_number(number) for number in numbers):
+            refuse(f"{key} must be a finite number (or a list of them), got {value!r}")
+    theta = rope_parameters.get("rope_theta")
+    if theta is None or theta <= 0:
+        refuse(f"rope_theta must be a number > 0 (10000.0 is the RoPE paper's), got {theta!r}")
+    if "factor" in rope_parameters and rope_parameters["factor"] < 1:
+        refuse(f"factor must be >= 1 (the factor by which the context is stretched), got {rope_parameters['factor']!r}")
+    if rope_parameters.get("partial_rotary_factor", 1.0) != 1.0:
+        refuse("partial_rotary_factor is not supported: hf_vanilla rotates every channel of a head; remove it")
+
+
+def _check_relative_buckets(config: Any) -> None:
+    """T5's buckets: half of a stack's buckets are exact, the rest logarithmic up to max_distance, so every stack
+    needs at least one exact bucket and max_distance beyond the exact ones (else a division by zero or a negative
+    bucket index). A bidirectional stack (encoder) splits its buckets between the two directions first."""
+    buckets, max_distance = config.relative_attention_num_buckets, config.relative_attention_max_distance
+    if buckets < 2 or max_distance < 2:
+        raise ValueError("VanillaConfig.relative_attention_num_buckets and _max_distance must be at least 2.")
+    directions = {"encoder": (2,), "decoder": (1,), "encoder-decoder": (2, 1)}[config.architecture]
+    for split in directions:
+        exact = buckets // split // 2
+        if exact < 1 or max_distance <= exact:
+            raise ValueError(
+                f"VanillaConfig.relative_attention_num_buckets={buckets} with relative_attention_max_distance="
+                f"{max_distance} leaves {exact} exact bucket(s) in a {'bidirectional' if split == 2 else 'causal'} "
+                f"stack: it needs at least 1 and max_distance above it. Use num_buckets >= {4 if split == 2 else 2} and "
+                f"max_distance > num_buckets // {2 * split} (T5: 32 and 128)."
+            )
+
+
+def _check_act2fn_activation(config: Any) -> None:
+    """An activation no row names is taken from transformers' ``ACT2FN`` as built-in configs take it; one with
+    parameters of its own (prelu, xielu) would be left uninitialised and dropped by every converter: it needs a row."""
+    from transformers.activations import ACT2FN  # imports torch: only for such an activation
+
+    name, named = config.hidden_act, ", ".join(repr(v) for v in values("hidden_act") if v != NON_DEFAULT)
+    if name not in ACT2FN:
+        raise ValueError(
+            f"VanillaConfig.hidden_act={name!r} is not an activation hf_vanilla or transformers knows; choose one of "
+            f"{named}, or another parameter-free name of transformers.activations.ACT2FN ('mish', 'tanh', ...: "
+            "`sorted(ACT2FN)` lists them)."
+        )
+    if any(True for _ in ACT2FN[name].parameters()):
+        raise ValueError(
+            f"VanillaConfig.hidden_act={name!r} has trained parameters of its own, which hf_vanilla neither "
+            "initialises nor converts unless a row of hf_vanilla/variants.py and a RowActivation class name it; "
+            f"choose a parameter-free activation: {named}, or another of ACT2FN such as 'mish' or 'tanh'."
+        )
 
 
 def _activation(name: str, summary: str, **properties: Any) -> Variant:
@@ -139,9 +239,12 @@ def _activation(name: str, summary: str, **properties: Any) -> Variant:
 
 
 VARIANTS: list[Variant] = [
-    Variant("architecture", "encoder", "bidirectional stack (BERT-like)", to_hf=("bert",)),
-    Variant("architecture", "decoder", "causal stack (GPT-like)", to_hf=("llama", "gpt2")),
+    Variant("architecture", "encoder", "bidirectional stack (BERT-like)", to_hf=("bert",),
+            heads=(*_EVERY_FAMILY_HEADS, "VanillaForMaskedLM", *_TOKEN_HEADS)),
+    Variant("architecture", "decoder", "causal stack (GPT-like)", to_hf=("llama", "gpt2"),
+            heads=(*_EVERY_FAMILY_HEADS, "VanillaForCausalLM", *_TOKEN_HEADS)),
     Variant("architecture", "encoder-decoder", "encoder and decoder with cross-attention (the paper's)",
+            heads=(*_EVERY_FAMILY_HEADS, "VanillaForSeq2SeqLM"),
             active_fields=("num_decoder_layers",), pipeline_refusal="two lists of layers",
             vllm_refusal="vLLM serves hf_vanilla decoders (generation) and encoders (embedding) through its "
                          "Transformers backend, not encoder-decoders",
@@ -153,12 +256,12 @@ VARIANTS: list[Variant] = [
             active_fields=("position_offset",), adds_to_embeddings=True, parameters=True,
             to_hf=("gpt2", "bert", "bart"), to_hf_conditions=(("bart", "position_offset=2"),)),
     Variant("position_embedding_type", "rope", "queries and keys rotated by position (Llama)",
-            active_fields=("rope_parameters",), to_hf=("llama",)),
+            active_fields=("rope_parameters",), check=_check_rope, to_hf=("llama",)),
     Variant("position_embedding_type", "alibi", "linear distance penalty per head (Press et al.)",
             attention_bias=True, tensor_parallel=TP_WHOLE, vllm_refusal=_BIAS_IN_VLLM),
     Variant("position_embedding_type", "relative", "learned bucketed bias per head (T5)",
             active_fields=("relative_attention_num_buckets", "relative_attention_max_distance"),
-            attention_bias=True, parameters=True, vllm_refusal=_BIAS_IN_VLLM,
+            attention_bias=True, parameters=True, vllm_refusal=_BIAS_IN_VLLM, check=_check_relative_buckets,
             tensor_parallel_plan=(("relative_attention_bias.weight", "embedding_colwise"),
                                   ("relative_attention_bias", "local_params")),
             to_hf=("t5",)),
@@ -190,6 +293,8 @@ VARIANTS: list[Variant] = [
     _activation("silu", "x * sigmoid(x); with gated_ffn, SwiGLU (Llama)"),
     _activation("swish", "the same function as silu, under Marian's name"),
     _activation("relu2", "relu(x)^2 (Primer, Nemotron)"),
+    _activation(NON_DEFAULT, "any other parameter-free activation of transformers' ACT2FN (mish, tanh, leaky_relu, "
+                "...), taken by name as built-in configs take it", example="mish", check=_check_act2fn_activation),
     Variant("gated_ffn", False, "act(x W_up) W_down (the paper's)", parameters=True,
             to_hf=("gpt2", "bert", "bart", "marian", "t5")),
     Variant("gated_ffn", True, "act(x W_gate) * (x W_up) W_down (SwiGLU, GEGLU)", parameters=True,
@@ -313,9 +418,9 @@ def is_option_active(option: str, config: Any) -> bool:
     return all(getattr(config, other) in allowed for other, allowed in activating_values(option).items())
 
 
-def rows_of(config: Any, field_default: Callable[[str], Any]) -> tuple[Variant, ...]:
+def rows_of(config: Any) -> tuple[Variant, ...]:
     """The rows ``config`` uses, in table order: for each option in effect, the row naming its value, or else its
-    NON_DEFAULT row where the value differs from the default (``default_of``, or ``field_default(option)``)."""
+    NON_DEFAULT row where the value differs from the default (``default_of``, or the field's default)."""
     used = []
     for option in options():
         if not is_option_active(option, config):
@@ -323,11 +428,196 @@ def rows_of(config: Any, field_default: Callable[[str], Any]) -> tuple[Variant, 
         value = getattr(config, option)
         named = [r for r in rows(option) if r.value != NON_DEFAULT and r.value == value]
         differing = [r for r in rows(option) if r.value == NON_DEFAULT
-                     and value != (r.default_of(config) if r.default_of else field_default(option))]
+                     and value != (r.default_of(config) if r.default_of else _default(config, option))]
         used += named or differing
-    return tuple(sorted(used, key=VARIANTS.index))
+    place = {id(r): i for i, r in enumerate(VARIANTS)}  # by identity: comparing rows field by field is slow
+    return tuple(sorted(used, key=lambda r: place[id(r)]))
+
+
+def _default(config: Any, name: str) -> Any:
+    """The default of field ``name`` of ``config``'s class (a dataclass: VanillaConfig)."""
+    return type(config).__dataclass_fields__[name].default
 
 
 def fields_with_conditions() -> tuple[str, ...]:
     """Every field that takes effect only under some option's value."""
     return tuple(dict.fromkeys(name for r in VARIANTS for name in r.active_fields))
+
+
+def head_families(head: str) -> tuple[str, ...]:
+    """The families a model class sits on, as the ``architecture`` rows name it (none for a class they do not name)."""
+    return tuple(r.value for r in rows("architecture") if head in r.heads)
+
+
+def engine_alias(name: str) -> str | None:
+    """The option an engine reads under the attribute ``name`` (a row's ``vllm_reads``), or None."""
+    return next((r.option for r in VARIANTS if r.vllm_reads == name), None)
+
+
+def scheme_row(config: Any) -> Variant:
+    """The table's row for this config's positional scheme."""
+    return row("position_embedding_type", config.position_embedding_type)
+
+
+def check_rows(config: Any) -> None:
+    """The checks the rows ``config`` uses declare (``check``): a scheme's settings, an activation's name."""
+    for used in rows_of(config):
+        if used.check is not None:
+            used.check(config)
+
+
+# ----------------------------------------------------------------------------------------------
+# The allowed values of the fields no row lists: choices that change no engine's support, and number ranges
+
+#: Choice fields that are not in the table of variants (they change no engine's support).
+OTHER_CHOICES: dict[str, tuple[str, ...]] = {
+    "sinusoidal_layout": ("interleaved", "concatenated"),
+    "classifier_pooling": ("first", "last", "mean", "eos"),
+}
+
+#: Largest initialisation spread accepted: weights drawn wider overflow float32 products within a layer or two.
+MAX_INIT_SPREAD = 1e3
+
+_FINITE_POSITIVE = "a finite number > 0"
+_DROPOUT = ("in [0, 1)", lambda v: v is None or 0 <= v < 1)
+
+#: Number fields -> (the allowed range in words, its test). NaN and infinities fail every test.
+NUMBER_RANGES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    **dict.fromkeys(("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_decoder_layers",
+                     "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings"),
+                    ("a positive integer", lambda v: v >= 1)),
+    **dict.fromkeys(("position_offset", "type_vocab_size"), ("an integer >= 0", lambda v: v >= 0)),
+    **dict.fromkeys(("hidden_dropout", "attention_dropout", "activation_dropout", "classifier_dropout"), _DROPOUT),
+    "norm_eps": (_FINITE_POSITIVE, lambda v: 0 < v < math.inf),
+    "attention_scale": (f"{_FINITE_POSITIVE}, or None for 1/sqrt(head_dim)", lambda v: v is None or 0 < v < math.inf),
+    "lm_head_scale": (f"{_FINITE_POSITIVE} (1.0 leaves the hidden states as they are)", lambda v: 0 < v < math.inf),
+    "initializer_range": (f"a number in [0, {MAX_INIT_SPREAD:g}]", lambda v: 0 <= v <= MAX_INIT_SPREAD),
+    "initializer_factor": (f"in (0, {MAX_INIT_SPREAD:g}] (1.0 is T5's initialisation) or None (the normal "
+                           "initialisation at initializer_range)", lambda v: v is None or 0 < v <= MAX_INIT_SPREAD),
+}
+
+
+def check_choice(field: str, value: Any, allowed: tuple[Any, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"VanillaConfig.{field}={value!r} is not supported; choose one of {', '.join(map(repr, allowed))}.")
+
+
+def check_values(config: Any) -> None:
+    """Each field's value is one its rows (a choice), :data:`OTHER_CHOICES` or :data:`NUMBER_RANGES` allow: a value
+    that passes the type check but would give NaN, a silent disagreement between backends or a late crash is refused."""
+    for option in options():
+        if NON_DEFAULT not in values(option):  # a choice, not a setting with a special value
+            check_choice(option, getattr(config, option), values(option))
+    for field, allowed in OTHER_CHOICES.items():
+        check_choice(field, getattr(config, field), allowed)
+    for field, (allowed, valid) in NUMBER_RANGES.items():
+        value = getattr(config, field)
+        if not valid(value):
+            raise ValueError(f"VanillaConfig.{field}={value!r} is out of range: it must be {allowed}.")
+
+
+# ----------------------------------------------------------------------------------------------
+# Options that take effect only under another option's value (``active_fields``): set otherwise, they are refused
+
+
+def activation_condition(name: str) -> tuple[str, Callable[[Any], bool]]:
+    """A field that changes nothing unless an option has certain values -> (that condition in words, its test)."""
+    ((option, allowed),) = activating_values(name).items()
+    words = f"{option}={allowed[0]!r}" if len(allowed) == 1 else f"{option} is {' or '.join(map(repr, allowed))}"
+    return words, lambda config: getattr(config, option) in allowed
+
+
+def field_is_active(name: str, config: Any) -> bool:
+    """Whether ``name`` changes what this config computes (fields without a condition always do)."""
+    return name not in fields_with_conditions() or activation_condition(name)[1](config)
+
+
+#: The RoPE settings PreTrainedConfig writes into every config that has the field (older saves carry them).
+_BASE_ROPE_DEFAULTS = ({"rope_theta": 10000.0, "rope_type": "default"}, {"rope_theta": 10000, "rope_type": "default"})
+
+
+def check_inactive_options(config: Any, rope_scaling: dict | None = None, names: tuple[str, ...] | None = None) -> None:
+    """Refuse a setting the chosen scheme, norm or family would silently ignore."""
+    for name in fields_with_conditions() if names is None else names:
+        condition, active = activation_condition(name)
+        if active(config):
+            continue
+        value = getattr(config, name)
+        if name == "rope_parameters":
+            value = rope_scaling or value
+            ignored = value is not None and value not in _BASE_ROPE_DEFAULTS
+        elif name == "num_decoder_layers":
+            ignored = value != config.num_hidden_layers
+        else:
+            ignored = value != _default(config, name)
+        if ignored:
+            raise ValueError(
+                f"VanillaConfig.{name}={value!r} has no effect unless {condition} (this config has "
+                f"position_embedding_type={config.position_embedding_type!r}, norm_type={config.norm_type!r}, "
+                f"architecture={config.architecture!r}); remove it, or choose the setting it belongs to."
+            )
+
+
+def check_rope_settings(config: Any) -> None:
+    """RoPE settings given to a config without RoPE after it was built (tools probe ``rope_parameters``, which
+    every config has, and assign it): refused when a model is built from the config or it is saved, as at
+    construction. Other derived options (``num_decoder_layers``) follow their fields and are not checked here."""
+    check_inactive_options(config, names=("rope_parameters",))
+
+
+# ----------------------------------------------------------------------------------------------
+# Parallelism plans: which modules of VanillaModel each rank shards (tensor) or holds (pipeline), from the rows
+
+
+def attention_tp_plan(prefix: str) -> dict[str, str]:
+    """Megatron's split of one attention: q, k, v by heads (columns), the output projection by rows (one all-reduce)."""
+    return {f"{prefix}.{name}_proj": "colwise" for name in "qkv"} | {f"{prefix}.o_proj": "rowwise"}
+
+
+def tensor_parallel_plan(config: Any) -> dict[str, str]:
+    """``base_model_tp_plan``: module names of VanillaModel -> transformers' parallel styles.
+
+    Every rank computes the same result as one process, up to the order of the row-wise sums:
+    * attention heads are split across ranks (q, k, v column-wise, o row-wise); the ranks must divide
+      ``num_key_value_heads``. A single key/value head (multi-query) cannot be split: its attention stays whole.
+    * a scheme's per-head parameters follow its row's plan (T5's relative bias: each rank keeps its heads'
+      columns); a scheme whose row keeps heads whole (ALiBi: its slopes are not weights a plan can shard) leaves
+      self-attention whole on every rank (cross-attention is split).
+    * the feed-forward network (gate and up column-wise, down row-wise).
+    transformers adds the token embedding (split by vocabulary) and the heads add their output projection.
+    """
+    stacks = {"encoder": ("encoder",), "decoder": ("decoder",), "encoder-decoder": ("encoder", "decoder")}
+    split_heads = config.num_key_value_heads > 1
+    scheme = scheme_row(config)
+    plan: dict[str, str] = {}
+    for stack in stacks[config.architecture]:
+        layers = f"{stack}.layers.*"
+        if split_heads and scheme.tensor_parallel == TP_SPLIT:
+            plan |= attention_tp_plan(f"{layers}.self_attn")
+            plan |= {f"{stack}.positions.{name}": style for name, style in scheme.tensor_parallel_plan}
+        if split_heads and stack == "decoder" and config.is_encoder_decoder:
+            plan |= attention_tp_plan(f"{layers}.cross_attn")
+        if config.gated_ffn:
+            plan[f"{layers}.mlp.gate_proj"] = "colwise"
+        plan |= {f"{layers}.mlp.up_proj": "colwise", f"{layers}.mlp.down_proj": "rowwise"}
+    return plan
+
+
+def pipeline_parallel_plan(config: Any) -> dict[str, tuple[list[str], list[str]]] | None:
+    """``base_model_pp_plan``: the embedding, the one list of layers and the final norm, in order, each with its
+    inputs and outputs -- where a later stage may start from hidden states given as ``inputs_embeds``.
+
+    None (no plan) for an encoder-decoder (two lists of layers) and for a stack that adds positions, token types
+    or a norm to its input embeddings: those would be added again to the hidden states a stage receives.
+    """
+    adds_to_embeddings = scheme_row(config).adds_to_embeddings or config.embedding_norm or config.type_vocab_size
+    if adds_to_embeddings or any(variant.pipeline_refusal for variant in rows_of(config)):
+        return None
+    stack = "decoder" if config.is_decoder else "encoder"
+    plan = {
+        "embed_tokens": (["input_ids"], ["inputs_embeds"]),
+        f"{stack}.layers": (["hidden_states", "attention_mask"], ["hidden_states"]),
+    }
+    if config.final_norm:
+        plan[f"{stack}.final_norm"] = (["hidden_states"], ["hidden_states"])
+    return plan

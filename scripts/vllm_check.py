@@ -766,11 +766,11 @@ def expected_refusal(case: Case, folder: Path, implementation: str = VLLM_ATTENT
     a bias scheme's refusal as the engine names its attention (the config refuses it then, before any module),
     else the table's refusals as the bare model or the classifier raises them."""
     from hf_vanilla import variants
-    from hf_vanilla.configuration_vanilla import VanillaConfig, scheme_row
+    from hf_vanilla.configuration_vanilla import VanillaConfig
     from hf_vanilla.transformers_releases import bias_refusal, vllm_refusals
 
     config = VanillaConfig.from_dict(read_config(folder))
-    if scheme_row(config).attention_bias:
+    if variants.scheme_row(config).attention_bias:
         return bias_refusal(config.position_embedding_type, implementation)
     if case.row is None:
         return variants.VLLM_CLASSIFIER_REFUSAL

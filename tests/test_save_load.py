@@ -3,6 +3,8 @@
 import contextlib
 import json
 import os
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -251,3 +253,94 @@ def test_loads_with_trust_remote_code_without_the_package(tmp_path):
     """)
     result = run_without_package(script, tmp_path)
     assert "REMOTE-OK transformers_modules" in result.stdout, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("activation", ["tanh", "laplace"])
+def test_an_act2fn_activation_no_row_names_saves_and_reloads_with_trust_remote_code(activation, tmp_path):
+    """Built-in configs take any name of transformers' ACT2FN (issue 38): so does VanillaConfig, and the folder's own
+    code builds it where the package is not installed, with the same logits."""
+    model = tiny_model("decoder", "rope", hidden_act=activation)
+    ids, mask = padded_batch()
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask).logits
+    model.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["hidden_act"] == activation
+    torch.save({"ids": ids, "mask": mask, "expected": expected}, tmp_path / "io.pt")
+    script = textwrap.dedent(f"""
+        import torch
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained({str(tmp_path)!r}, trust_remote_code=True).eval()
+        assert model.config.hidden_act == {activation!r}, model.config.hidden_act
+        io = torch.load({str(tmp_path / "io.pt")!r}, weights_only=True)
+        with torch.no_grad():
+            logits = model(input_ids=io["ids"], attention_mask=io["mask"]).logits
+        torch.testing.assert_close(logits, io["expected"], rtol=0, atol=0)
+        print("REMOTE-OK", type(model).__module__)
+    """)
+    result = run_without_package(script, tmp_path)
+    assert "REMOTE-OK transformers_modules" in result.stdout, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("activation, refusal", [
+    ("swishy", r"hidden_act='swishy' is not an activation hf_vanilla or transformers knows; choose one of 'relu'.*"
+               r"`sorted\(ACT2FN\)` lists them"),
+    ("prelu", r"hidden_act='prelu' has trained parameters of its own"),
+])
+def test_an_activation_transformers_lacks_or_that_has_parameters_is_refused_in_one_sentence(activation, refusal):
+    with pytest.raises(ValueError, match=refusal):
+        tiny_config("decoder", hidden_act=activation)
+
+
+#: What transformers prints before it waits for an answer (transformers.dynamic_module_utils.resolve_trust_remote_code).
+PROMPT = "Do you wish to run the custom code?"
+
+
+def load_tokenizer_without_the_package(folder, call: str) -> subprocess.CompletedProcess:
+    """``call`` in a fresh Python where hf_vanilla cannot be imported, with no stdin (a prompt reads end of file
+    instead of waiting) and a time limit; it prints the tokenizer's class and the ids of a sentence."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env.update(HF_MODULES_CACHE=str(folder / "modules"), HF_HUB_OFFLINE="1")
+    script = textwrap.dedent(f"""
+        import sys
+        sys.modules["hf_vanilla"] = None  # any import of the package fails
+        from transformers import AutoTokenizer
+        tokenizer = {call}
+        print("TOKENIZER", type(tokenizer).__name__, tokenizer("the cat sat").input_ids)
+    """)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=folder,
+                          stdin=subprocess.DEVNULL, timeout=300)
+
+
+def test_a_saved_tokenizer_loads_with_auto_tokenizer_and_no_prompt_as_far_as_transformers_allows(tmp_path):
+    """Issue 38 item 8a. The tokenizer is a standard one (tokenizer_class TokenizersBackend), but transformers 5.25's
+    AutoTokenizer.from_pretrained calls AutoConfig.from_pretrained before it reads tokenizer_config.json, and
+    AutoConfig asks before running code whenever config.json's auto_map names AutoConfig and its model_type is not
+    registered: nothing in the saved files can skip the question (docs/hub.md). What holds: trust_remote_code=False
+    loads it with no prompt and runs none of the folder's code; with no stdin the plain call loads it too, after the
+    question; with hf_vanilla imported (registered) the plain call asks nothing."""
+    from hf_vanilla.files.atomic import save_pretrained_atomic
+    from tests.factories import tiny_tokenizer
+
+    folder = tmp_path / "run"
+    tokenizer = tiny_tokenizer("decoder")
+    save_pretrained_atomic(tokenizer, folder)
+    save_pretrained_atomic(tiny_model("decoder"), folder)
+    assert {"config.json", "tokenizer.json", "tokenizer_config.json"} <= set(os.listdir(folder))
+    expected = f"TOKENIZER {type(tokenizer).__name__} {tokenizer('the cat sat').input_ids}"
+
+    declined = load_tokenizer_without_the_package(folder, "AutoTokenizer.from_pretrained('.', trust_remote_code=False)")
+    assert expected in declined.stdout and PROMPT not in declined.stdout + declined.stderr, declined.stderr[-3000:]
+    assert not (folder / "modules").exists() or not any((folder / "modules").rglob("*.py"))  # no code was loaded
+
+    plain = load_tokenizer_without_the_package(folder, "AutoTokenizer.from_pretrained('.')")
+    assert expected in plain.stdout, plain.stderr[-3000:]
+    # transformers' limitation, pinned: when this fails, transformers stopped asking; say so in docs/hub.md
+    assert PROMPT in plain.stdout, plain.stdout
+
+    with_package = subprocess.run(
+        [sys.executable, "-c", "import hf_vanilla\nfrom transformers import AutoTokenizer\n"
+                               f"print(AutoTokenizer.from_pretrained({str(folder)!r})('the cat sat').input_ids)"],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert with_package.stdout.strip() == str(tokenizer("the cat sat").input_ids), with_package.stderr[-3000:]
+    assert PROMPT not in with_package.stdout + with_package.stderr

@@ -7,8 +7,8 @@ import torch
 from transformers import AutoModelForSequenceClassification
 
 import hf_vanilla as hv
-from hf_vanilla.configuration_vanilla import HEAD_FAMILIES
 from hf_vanilla.modeling_vanilla import shift_tokens_right
+from hf_vanilla.variants import head_families
 from tests.factories import FAMILIES, VOCAB, tiny_config
 
 PAD, EOS = 0, 2
@@ -32,7 +32,7 @@ def eos_terminated(lengths: tuple[int, ...] = (9, 7, 4), seed: int = 0) -> tuple
 
 
 def test_every_family_may_carry_a_sequence_classifier():
-    assert set(HEAD_FAMILIES["VanillaForSequenceClassification"]) == set(FAMILIES)
+    assert set(head_families("VanillaForSequenceClassification")) == set(FAMILIES)
     config = tiny_config("encoder-decoder", architectures=["VanillaForSequenceClassification"])
     assert config.classifier_pooling == "eos"
 

@@ -5,6 +5,7 @@ Every grid here reads the table, so a new row is tested without an edit; ``test_
 adds a KERPLE-log scheme (per-head additive bias with parameters) the way a contributor would and runs the grid on it.
 """
 
+import dataclasses
 import functools
 from pathlib import Path
 
@@ -387,7 +388,24 @@ def test_every_norm_and_activation_of_the_table_is_built_by_its_class_or_transfo
     from transformers.activations import ACT2FN
 
     assert set(variants.values("norm_type")) <= set(modeling_vanilla.NORM_CLASSES)
-    assert set(variants.values("hidden_act")) <= set(modeling_vanilla.ACTIVATION_CLASSES) | set(ACT2FN)
+    # the row for any other ACT2FN activation is built with its example
+    assert {r.setting for r in variants.rows("hidden_act")} <= set(modeling_vanilla.ACTIVATION_CLASSES) | set(ACT2FN)
+
+
+def test_the_config_reads_the_table_when_asked_not_a_copy_made_at_import():
+    """Issue 38 item 5: a row registered after import is seen by the names engines read and by validation."""
+    config = config_for_row(variants.row("architecture", "decoder"), lm_head_scale=0.25)
+    aliased = variants.Variant("lm_head_scale", 0.25, "a quarter, read by an engine under another name",
+                               output_layer=True, vllm_reads="quarter_logit_scale")
+    with pytest.raises(AttributeError, match="quarter_logit_scale"):
+        config.quarter_logit_scale  # noqa: B018
+    with variants.registered(aliased):
+        assert config.quarter_logit_scale == 0.25
+    sandwich = variants.Variant("norm_position", "sandwich", "a norm before and after each sub-layer")
+    with pytest.raises(ValueError, match="norm_position='sandwich' is not supported"):
+        config_for_row(sandwich)
+    with variants.registered(sandwich):
+        assert config_for_row(sandwich).norm_position == "sandwich"
 
 
 def test_a_row_without_its_class_is_refused_when_the_model_is_built():
@@ -598,3 +616,13 @@ def check_target_converts_or_refuses(row: variants.Variant, target: str) -> None
 @pytest.mark.parametrize("row", variants.VARIANTS, ids=row_id)
 def test_to_hf_converts_each_row_its_target_carries_and_refuses_the_others(row, target):
     check_target_converts_or_refuses(row, target)
+
+
+@pytest.mark.parametrize("target", ["gpt2", "llama"])
+@pytest.mark.parametrize("activation", ["tanh", "laplace"])
+def test_an_act2fn_activation_no_row_names_converts_with_the_same_logits(activation, target):
+    """The row standing for every other ACT2FN activation is checked with its example (mish) by the grids; others
+    it stands for convert as it says: the native model takes the name from ACT2FN as hf_vanilla does."""
+    (generic,) = (row for row in variants.rows("hidden_act") if row.value == variants.NON_DEFAULT)
+    assert target in generic.to_hf and activation not in variants.values("hidden_act")
+    check_target_converts_or_refuses(dataclasses.replace(generic, example=activation), target)

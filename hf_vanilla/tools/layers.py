@@ -67,8 +67,10 @@ target). Config validation, the parallel plans, the engine refusals, the convert
 
 - A new **norm** is one `norm_type` row and one class naming it (`norm_type = "..."`, a `VanillaNorm` subclass
   with `from_config`); `build_norm` builds whichever class names the config's value.
-- A new **activation** is one `hidden_act` row; one class naming it (`activations = ("...",)`, a `RowActivation`
-  subclass) only where transformers' `ACT2FN` has no such module or it has parameters of its own.
+- A parameter-free activation of transformers' `ACT2FN` needs nothing: the config takes its name, as built-in configs
+  do, and one row stands for every such name (the grids check it with `mish`). A new **activation** otherwise is one
+  `hidden_act` row and one class naming it (`activations = ("...",)`, a `RowActivation` subclass), where `ACT2FN` has
+  no such module or it has parameters of its own.
 - A new **positional scheme** is one `position_embedding_type` row and one `PositionalScheme` subclass naming it.
 
 Nothing else changes: no other package file, no test edit. `to_hf` refuses a value no target's row names, in a

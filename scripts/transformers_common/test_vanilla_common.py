@@ -6,22 +6,20 @@ runs with one absolute, one rotary and one additive-bias positional scheme. The 
 built-in testers prepare theirs (BART's for the encoder-decoder: every row ends with its one EOS).
 """
 
-import importlib
 import unittest
 
 import transformers
 from transformers.models.auto import modeling_auto
 
 import hf_vanilla as hv
+from hf_vanilla import variants
 
 from .test_configuration_common import ConfigTester
 from .test_modeling_common import ModelTesterMixin, ids_tensor, random_attention_mask
 
-CONFIG_MODULE = importlib.import_module(hv.VanillaConfig.__module__)
-
 # The mixin finds the base model and builds each head's labels from transformers' name tables, which list built-in
 # models only: enter each class in the table behind the Auto class hf_vanilla registers it with.
-for class_name, auto_name in CONFIG_MODULE.AUTO_CLASSES.items():
+for class_name, auto_name in variants.AUTO_CLASSES.items():
     getattr(transformers, auto_name)._model_mapping._model_mapping[hv.VanillaConfig.model_type] = class_name
 assert modeling_auto.MODEL_MAPPING_NAMES[hv.VanillaConfig.model_type] == "VanillaModel"
 
@@ -32,7 +30,7 @@ PAD, BOS, EOS = 0, 1, 2
 
 def classes_of(family: str) -> tuple[type, ...]:
     """Every model class hf_vanilla offers for this family, as its saved configs' auto_map lists them."""
-    return tuple(getattr(hv, name) for name, families in CONFIG_MODULE.HEAD_FAMILIES.items() if family in families)
+    return tuple(getattr(hv, name) for name in variants.row("architecture", family).heads)
 
 
 class VanillaModelTester:
@@ -107,5 +105,5 @@ def family_test_case(family: str, scheme: str) -> type:
     return type(name, (VanillaCommonTests, unittest.TestCase), attributes)
 
 
-CASES = [family_test_case(family, scheme) for family in CONFIG_MODULE.ARCHITECTURES for scheme in SCHEMES]
+CASES = [family_test_case(family, scheme) for family in variants.values("architecture") for scheme in SCHEMES]
 globals().update({case.__name__: case for case in CASES})

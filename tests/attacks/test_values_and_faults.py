@@ -17,9 +17,9 @@ from safetensors.torch import load_file, save_file
 import hf_vanilla as hv
 from hf_vanilla import variants
 from hf_vanilla.checkpoint import load_complete
-from hf_vanilla.configuration_vanilla import field_is_active, inactive_rule
 from hf_vanilla.convert import convert_checkpoint
 from hf_vanilla.files.atomic import save_pretrained_atomic
+from hf_vanilla.variants import activation_condition, field_is_active
 from tests.factories import (
     BACKENDS,
     FAMILIES,
@@ -120,7 +120,7 @@ def test_every_invalid_configuration_is_refused_naming_the_field(fields, bad):
 
 @given(fields=valid_configs(), option=st.sampled_from(sorted(variants.fields_with_conditions())))
 def test_an_option_the_config_would_ignore_is_refused(fields, option):
-    condition, active, default = inactive_rule(option)
+    condition, active = activation_condition(option)
     config = hv.VanillaConfig(**fields)
     assume(not active(config))
     setting = {"position_offset": 2, "sinusoidal_layout": "concatenated", "relative_attention_num_buckets": 8,
