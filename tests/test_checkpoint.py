@@ -124,6 +124,22 @@ def test_save_pretrained_atomic_keeps_neighbours_drops_stale_shards_and_has_ordi
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
 
 
+def test_save_pretrained_atomic_of_a_tokenizer_or_config_keeps_the_model_beside_it(tmp_path):
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    model = tiny_model()
+    save_pretrained_atomic(model, tmp_path)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]")))
+    save_pretrained_atomic(tokenizer, tmp_path)
+    save_pretrained_atomic(model.generation_config, tmp_path)
+    save_pretrained_atomic(model.config, tmp_path)
+    assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json"} <= {
+        p.name for p in tmp_path.iterdir()}
+    reloaded = VanillaForCausalLM.from_pretrained(tmp_path)
+    torch.testing.assert_close(reloaded.lm_head.weight, model.lm_head.weight, rtol=0, atol=0)
+
+
 def test_save_pretrained_atomic_into_the_working_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "keep.txt").write_text("kept")

@@ -312,8 +312,9 @@ def save_pretrained_atomic(obj: Any, target: str | os.PathLike[str], **save_kwar
     """``obj.save_pretrained(target, **save_kwargs)`` (a model, tokenizer, config or generation config), published
     atomically: a save killed mid-way or failing on a full disk leaves the previous ``target`` intact. Other files
     already in ``target`` (a tokenizer beside a model, trainer checkpoints, run records) are kept; stale model files
-    (an older save's shards) are not."""
+    (an older save's shards) are not, when ``obj`` is a model: a tokenizer or config saved beside a model keeps it."""
     target = Path(target)
-    with staged_folder(target, keep=lambda name: not is_model_file(name)) as staging:
+    saves_weights = callable(getattr(obj, "state_dict", None))
+    with staged_folder(target, keep=lambda name: not (saves_weights and is_model_file(name))) as staging:
         obj.save_pretrained(staging, **save_kwargs)
     return target
