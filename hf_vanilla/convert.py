@@ -45,7 +45,7 @@ from .checkpoint import PICKLE_SUFFIXES, load_complete, weight_files
 from .configuration_vanilla import VanillaConfig, field_default, field_is_active, rows_of
 from .errors import HfVanillaError, refuse
 from .files.atomic import staged_folder
-from .files.output_folder import OutputFolder
+from .files.output_folder import RECORD, OutputFolder
 from .modeling_vanilla import VanillaPreTrainedModel
 
 # ----------------------------------------------------------------------------------------------
@@ -1377,7 +1377,9 @@ def convert_checkpoint(
         with staged_folder(out) as staging:  # a new OUT_DIR appears complete or not at all
             classes = _convert_weights(src, model_type, staging, max_shard_size)
             copied = _copy_side_files(src, staging)
-            OutputFolder(staging, "conversion").add(path.name for path in staging.iterdir())
+            recorded = OutputFolder(staging, "conversion")
+            recorded.add(path.name for path in staging.iterdir())
+            recorded.seal(path.name for path in staging.iterdir() if path.name != RECORD)
     return ConversionReport(*classes, out, copied)
 
 

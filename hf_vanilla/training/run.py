@@ -584,5 +584,7 @@ def save_final_model(trainer, folder: OutputFolder, is_main: bool) -> None:
 def save_trainer_state(trainer, folder: OutputFolder, is_main: bool) -> None:
     """The Trainer's trainer_state.json at the top of the run (the main process writes it, named first)."""
     if is_main:
-        folder.declare(TRAINER_STATE_NAME)
-    trainer.save_state()
+        with folder.writing(TRAINER_STATE_NAME):
+            trainer.save_state()
+    else:
+        trainer.save_state()
