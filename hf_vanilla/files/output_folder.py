@@ -52,8 +52,8 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from ..errors import HfVanillaError
-from .atomic import atomic_write_json, atomic_write_text, fsync_path, make_shareable
+from ..errors import HfVanillaError, sentence
+from .atomic import atomic_write_json, atomic_write_text, file_step, fsync_path, make_shareable
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +140,11 @@ class OutputFolder:
         self.kind = kind
         self._created = False
         self._committed = False
+
+    @property
+    def committed(self) -> bool:
+        """Whether this write has committed (its first checkpoint is in place: it stays, whatever happens)."""
+        return self._committed
 
     @property
     def replaced(self) -> Path:
@@ -304,7 +309,8 @@ class OutputFolder:
             yield self
             return
         self._created = not self.path.exists()
-        self.path.mkdir(parents=True, exist_ok=True)
+        with file_step("creating", self.path):
+            self.path.mkdir(parents=True, exist_ok=True)
         lock_file = self.path / LOCK
         lock = _file_lock(lock_file)
         if not _try_acquire(lock):
@@ -374,9 +380,11 @@ class OutputFolder:
         self._refuse_changed(names, "replace")
         self._write_journal(ASIDE, names, previous)  # the intent, durably, before anything moves
         if names:
-            self.replaced.mkdir(exist_ok=True)
+            with file_step("creating", self.replaced):
+                self.replaced.mkdir(exist_ok=True)
         for name in names:
-            os.replace(self.path / name, self.replaced / name)
+            with file_step("moving aside", self.path / name):
+                os.replace(self.path / name, self.replaced / name)
         fsync_path(self.path)
         self._write_record({})
         self._write_journal(NEW, names, previous)
@@ -401,6 +409,18 @@ class OutputFolder:
         journal = self._journal()
         if journal is not None:
             self._finish(journal)
+
+    def undo_after_failure(self) -> bool:
+        """:meth:`undo` on the way out of a write that failed: if it fails too (on the same full disk), the failure
+        that ended the write stays the one said, and the next command's recovery finishes the undo (the journal
+        holds what to do). Returns whether the folder is back as the write found it."""
+        try:
+            self.undo()
+        except OSError as error:
+            logger.warning("%s: putting the folder back failed too (%s); the next command in it does that first",
+                           self.path, sentence(error))
+            return False
+        return True
 
     def _finish(self, journal: dict[str, Any]) -> None:
         """Carry the journal's phase through to its end; every step can be repeated after a kill."""
@@ -558,7 +578,8 @@ class OutputFolder:
         if final.is_dir() and not final.is_symlink():  # the same name saved again (a resumed run): replaced
             self.remove(name)
             self.add([name])
-        os.replace(source, final)
+        with file_step("moving into place", final):
+            os.replace(source, final)
         fsync_path(self.path)
         self.seal([name])
         if commits:
@@ -576,7 +597,8 @@ class OutputFolder:
         self._refuse_changed([name], "delete")
         doomed = self.fresh(f"removing-{name}", create=False)
         _remove(doomed)
-        os.replace(path, doomed)
+        with file_step("moving away to delete", path):
+            os.replace(path, doomed)
         record = self.record() or {"files": {}}
         self._write_record({key: seal for key, seal in record["files"].items() if key != name})
         _remove(doomed)
@@ -587,7 +609,8 @@ class OutputFolder:
         work = self.path / f"{FRESH_PREFIX}{name}"
         if create:
             _remove(work)
-            work.mkdir(parents=True)
+            with file_step("creating the work folder", work):
+                work.mkdir(parents=True)
         return work
 
     def publish(self, work: Path) -> list[str]:
@@ -601,7 +624,8 @@ class OutputFolder:
             target = self.path / name
             if target.is_dir() and not target.is_symlink():
                 _remove(target)
-            os.replace(work / name, target)
+            with file_step("moving into place", target):
+                os.replace(work / name, target)
         fsync_path(self.path)
         self.seal(names)
         _remove(work)
@@ -626,7 +650,7 @@ class OutputFolder:
                 yield work
                 self.publish(work)
             except BaseException:
-                self.undo()
+                self.undo_after_failure()
                 raise
             self.commit()
 
