@@ -44,8 +44,8 @@ from . import modeling_vanilla, variants
 from .checkpoint import PICKLE_SUFFIXES, load_complete, weight_files
 from .configuration_vanilla import VanillaConfig, field_default
 from .errors import HfVanillaError, refuse
-from .files.atomic import staged_folder
-from .files.output_folder import OutputFolder
+from .files.atomic import FileOperationError, staged_folder
+from .files.output_folder import JOURNAL, RECORD, OutputFolder
 from .modeling_vanilla import VanillaPreTrainedModel
 from .variants import field_is_active, rows_of
 
@@ -1401,15 +1401,26 @@ def convert_checkpoint(
         raise ValueError(f"OUT_DIR {out} must neither be SRC_DIR nor hold it: choose a new folder for the result.")
     folder = OutputFolder(out, "conversion")
     folder.check(overwrite=overwrite)
-    if os.path.lexists(out):  # an empty folder, a link to one, or an earlier conversion: only its own files go
-        with folder.replacing(overwrite=overwrite) as staging:
-            classes = _convert_weights(src, model_type, staging, max_shard_size)
-            copied = _copy_side_files(src, staging)
-    else:
-        with staged_folder(out) as staging:  # a new OUT_DIR appears complete or not at all
-            classes = _convert_weights(src, model_type, staging, max_shard_size)
-            copied = _copy_side_files(src, staging)
-            OutputFolder(staging, "conversion").add(path.name for path in staging.iterdir())
+    existed = os.path.lexists(out)
+    try:
+        if existed:  # an empty folder, a link to one, or an earlier conversion: only its own files go
+            with folder.replacing(overwrite=overwrite) as staging:
+                classes = _convert_weights(src, model_type, staging, max_shard_size)
+                copied = _copy_side_files(src, staging)
+        else:
+            with staged_folder(out) as staging:  # a new OUT_DIR appears complete or not at all
+                classes = _convert_weights(src, model_type, staging, max_shard_size)
+                copied = _copy_side_files(src, staging)
+                recorded = OutputFolder(staging, "conversion")
+                recorded.add(path.name for path in staging.iterdir())
+                recorded.seal(path.name for path in staging.iterdir() if path.name != RECORD)
+    except FileOperationError as error:  # a full disk, a permission: what failed first, and what comes next
+        if (out / JOURNAL).exists():
+            then = f"run the same command again: it first puts {out} back as this command found it, then converts"
+        else:
+            then = f"run the same command again: {out} is as this command found it" if existed else \
+                f"run the same command again: {out} was not created"
+        raise error.then(then) from error
     return ConversionReport(*classes, out, copied)
 
 

@@ -28,9 +28,12 @@ training-loss curves), ``warmup.md`` and ``warmup.json``.
 suite runs it end to end. ``--data-files`` trains on local text instead of Shakespeare (as
 ``hf-vanilla train``), which is how the tests run it offline.
 
-The outputs go into ``--out`` through hf_vanilla's output folder: each name is entered in the folder's record
-(``.hf_vanilla.json``; docs/figures has one for the committed figures) before anything is measured, and a
-file of the same name that the record does not list is yours: it is refused then, never replaced.
+The outputs go into ``--out`` through hf_vanilla's output folder, claimed before anything is trained: the folder
+is checked as ``hf-vanilla train`` checks its own (refused if another process writes it, if it is another kind of
+hf_vanilla folder, or if it holds files and no record of hf_vanilla's), each name is entered in its record
+(``.hf_vanilla.json``; docs/figures has one for the committed figures) and sealed once written, and a file of the
+same name that the record does not list is yours: it is refused then, never replaced. Every training run folder
+under ``--runs`` is checked then too, as ``train --overwrite`` checks it. A refusal is one sentence, exit 2.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +58,7 @@ from transformers import TrainerCallback
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
+from hf_vanilla.errors import REFUSED, HfVanillaError, sentence  # noqa: E402
 from hf_vanilla.files.atomic import atomic_write_text  # noqa: E402
 from hf_vanilla.files.output_folder import OutputFolder  # noqa: E402
 from hf_vanilla.training import TrainingDivergedError, get_task, train  # noqa: E402
@@ -172,23 +176,27 @@ def perplexity_at(model, stream: torch.Tensor, window: int, train_length: int, b
     return math.exp(total / count)
 
 
+def extrapolation_runs(runs: Path, budget: Budget, schemes: tuple[str, ...] | None = None) -> dict[str, Path]:
+    """Each positional scheme's run folder (``schemes``: every one of the table of variants unless narrowed)."""
+    schemes = values("position_embedding_type") if schemes is None else schemes
+    return {scheme: runs / f"extrapolation-{scheme}" for scheme in schemes}
+
+
 def extrapolation(runs: Path, budget: Budget, data_files: list[str], schemes: tuple[str, ...] | None = None
                   ) -> dict[str, Any]:
     """``schemes``: every positional scheme of the table of variants unless narrowed."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    schemes = values("position_embedding_type") if schemes is None else schemes
-
     L, longest = budget.block_size, budget.block_size * LENGTH_FACTORS[-1]
     lengths = [L * f for f in LENGTH_FACTORS]
     rows, stream = {}, None
-    for scheme in schemes:
+    for scheme, run_dir in extrapolation_runs(runs, budget, schemes).items():
         # Learned positions get exactly L table entries (a larger table would hold untrained rows); the others
         # are told the longest length, which sizes no parameter (sinusoidal, rope and alibi extend anyway).
         table = L if scheme == "learned" else longest
         options = dict(train_options(budget, data_files, position_embedding_type=scheme,
                                      max_position_embeddings=table), learning_rate=1e-3, lr_scheduler="cosine")
-        outcome = run_one(runs / f"extrapolation-{scheme}", options)
+        outcome = run_one(run_dir, options)
         print(f"{scheme}: {outcome['status']} in {outcome['wall_time_s']} s", flush=True)
         if outcome["status"] != "completed":
             rows[scheme] = dict(outcome, perplexity={n: None for n in lengths})
@@ -240,20 +248,26 @@ def plot_extrapolation(result: dict[str, Any], path: Path) -> None:
 # Warm-up: pre- vs post-norm, with and without warm-up, two learning rates
 
 
+def warmup_runs(runs: Path, budget: Budget, learning_rates: tuple[float, ...] = WARMUP_LEARNING_RATES,
+                norms: tuple[str, ...] = ("pre", "post")) -> dict[tuple[float, str, int], Path]:
+    """Each (peak rate, norm position, warm-up steps) of the grid and its run folder, in the order they train."""
+    warmup_steps = max(1, round(WARMUP_FRACTION * budget.max_steps))
+    return {(lr, norm, steps): runs / f"warmup-{norm}-lr{lr:g}-w{steps}"
+            for lr in learning_rates for norm in norms for steps in (warmup_steps, 0)}
+
+
 def warmup(runs: Path, budget: Budget, data_files: list[str],
            learning_rates: tuple[float, ...] = WARMUP_LEARNING_RATES, norms: tuple[str, ...] = ("pre", "post")
            ) -> dict[str, Any]:
     warmup_steps = max(1, round(WARMUP_FRACTION * budget.max_steps))
     rows = {}
-    for lr in learning_rates:
-        for norm in norms:
-            for steps in (warmup_steps, 0):
-                name = f"{norm}-norm, lr {lr:g}, " + (f"warm-up {steps}" if steps else "no warm-up")
-                options = dict(train_options(budget, data_files, norm_position=norm), learning_rate=lr,
-                               lr_scheduler="constant_with_warmup", warmup_steps=steps)
-                outcome = run_one(runs / f"warmup-{norm}-lr{lr:g}-w{steps}", options)
-                print(f"{name}: {outcome['status']} in {outcome['wall_time_s']} s", flush=True)
-                rows[name] = dict(outcome, norm=norm, learning_rate=lr, warmup_steps=steps)
+    for (lr, norm, steps), run_dir in warmup_runs(runs, budget, learning_rates, norms).items():
+        name = f"{norm}-norm, lr {lr:g}, " + (f"warm-up {steps}" if steps else "no warm-up")
+        options = dict(train_options(budget, data_files, norm_position=norm), learning_rate=lr,
+                       lr_scheduler="constant_with_warmup", warmup_steps=steps)
+        outcome = run_one(run_dir, options)
+        print(f"{name}: {outcome['status']} in {outcome['wall_time_s']} s", flush=True)
+        rows[name] = dict(outcome, norm=norm, learning_rate=lr, warmup_steps=steps)
     return dict(warmup_steps=warmup_steps, learning_rates=list(learning_rates), runs=rows)
 
 
@@ -321,30 +335,42 @@ def provenance() -> dict[str, Any]:
                 torch=torch.__version__)
 
 
+#: Each experiment: what it measures, its table, its figure, its budget and its run folders (``runs``, the
+#: budget and the grid's keywords -> one folder per training run).
 EXPERIMENTS = {
-    "extrapolation": (extrapolation, extrapolation_table, plot_extrapolation, EXTRAPOLATION),
-    "warmup": (warmup, warmup_table, plot_warmup, WARMUP),
+    "extrapolation": (extrapolation, extrapolation_table, plot_extrapolation, EXTRAPOLATION,
+                      lambda runs, budget, **grid: list(extrapolation_runs(runs, budget, **grid).values())),
+    "warmup": (warmup, warmup_table, plot_warmup, WARMUP,
+               lambda runs, budget, **grid: list(warmup_runs(runs, budget, **grid).values())),
 }
 
 
 @contextlib.contextmanager
-def claimed_outputs(out: Path, name: str) -> Iterator[tuple[Path, Path, Path]]:
-    """``out/NAME.png``, ``NAME.md`` and ``NAME.json``, named in ``out``'s record before anything runs (a file of
-    the user's of the same name is refused now, not replaced later) and written under its lock."""
-    with OutputFolder(out, "experiments").locked() as folder:
+def claimed_outputs(out: Path, name: str, run_dirs: Iterable[Path] = ()) -> Iterator[tuple[Path, Path, Path]]:
+    """``out/NAME.png``, ``NAME.md`` and ``NAME.json``, claimed through ``out``'s record before anything runs and
+    written under its lock, held to the end of the block (a second experiment into ``out`` is refused). ``out``
+    is checked first as train checks its folder (:meth:`OutputFolder.check`: busy, another kind, the user's files
+    without a record), and each of ``run_dirs`` as ``train --overwrite`` checks it; a file of the user's of one of
+    the names is refused then, not replaced later. The names are sealed when the block has written them."""
+    folder = OutputFolder(out, "experiments")
+    folder.check()
+    for run_dir in run_dirs:
+        OutputFolder(run_dir, "run").check(overwrite=True)
+    with folder.locked():
         names = [f"{name}.{suffix}" for suffix in ("png", "md", "json")]
         folder.claim(names)
         figure, markdown, data = (folder.path / file for file in names)
         yield figure, markdown, data
+        folder.seal(name for name in names if (folder.path / name).exists())
 
 
 def run_experiment(name: str, out: Path, runs: Path, tiny: bool = False, data_files: tuple[str, ...] = (),
                    **grid: Any) -> dict[str, Any]:
     """Run one experiment; write ``out/NAME.png``, ``NAME.md`` and ``NAME.json``; return the record. ``grid``
     narrows the experiment (``schemes=`` for extrapolation, ``learning_rates=`` and ``norms=`` for warmup)."""
-    measure, table, plot, budget = EXPERIMENTS[name]
+    measure, table, plot, budget, run_dirs = EXPERIMENTS[name]
     budget = TINY if tiny else budget
-    with claimed_outputs(out, name) as (figure, markdown, data):
+    with claimed_outputs(out, name, run_dirs(runs, budget, **grid)) as (figure, markdown, data):
         start, where = time.perf_counter(), provenance()
         result = measure(runs, budget, list(data_files), **grid)
         record = dict(experiment=name, tiny=tiny, budget=asdict(budget), **where, **result,
@@ -409,10 +435,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.experiment == "scaling":
-        sys.path.insert(0, str(REPO / "scripts"))
-        return scaling_command(parser, args)
-    run_experiment(args.experiment, args.out, args.runs, tiny=args.tiny, data_files=tuple(args.data_files))
+    try:
+        if args.experiment == "scaling":
+            sys.path.insert(0, str(REPO / "scripts"))
+            return scaling_command(parser, args)
+        run_experiment(args.experiment, args.out, args.runs, tiny=args.tiny, data_files=tuple(args.data_files))
+    except (HfVanillaError, OSError) as error:  # a refused or busy folder, a full disk: one sentence
+        print(f"experiments.py {args.experiment}: {sentence(error)}", file=sys.stderr)
+        return REFUSED
     return 0
 
 

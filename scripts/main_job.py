@@ -178,8 +178,8 @@ def summarise(result, run_dir: Path, t0: float) -> dict:
         "model_card": str(run_dir / "README.md"),
         "curves": str(run_dir / "curves.png"),
     }
-    OutputFolder(run_dir).add(["main_job.json"])  # the run's own file: --overwrite replaces it with the run
-    (run_dir / "main_job.json").write_text(json.dumps(dict(summary, generations=generations), indent=1) + "\n")
+    # the run's own file, declared and sealed: --overwrite replaces it with the run
+    OutputFolder(run_dir).write_text("main_job.json", json.dumps(dict(summary, generations=generations), indent=1) + "\n")
     return summary
 
 

@@ -56,7 +56,7 @@ def test_atomic_write_failing_midway_keeps_the_old_file_and_says_the_disk_is_ful
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", full_disk)
-    with pytest.raises(OSError, match=r"No space left on device while writing .*a\.txt"):
+    with pytest.raises(OSError, match=r"No space left on device while flushing to disk .*a\.txt"):  # the step that failed
         atomic_write_bytes(target, b"new")
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["a.txt"]

@@ -58,13 +58,14 @@ def test_push_rebuild_card_with_metrics_json_a_link_out_of_the_run_is_refused(tr
     elsewhere.write_text(json.dumps({"unrelated": 1}))
     (run / "metrics.json").unlink()
     (run / "metrics.json").symlink_to(elsewhere)
-    refused(capsys, ["push", str(run), "user/x", "--rebuild-card"], "metrics.json", "links out of the folder")
+    refused(capsys, ["push", str(run), "user/x", "--rebuild-card"], "metrics.json", "symbolic link now")
 
 
 def test_push_rebuild_card_with_a_metrics_json_edited_out_of_shape_is_refused(trained_run, tmp_path, capsys):
     run = copy_run(trained_run, tmp_path / "run")
     (run / "metrics.json").write_text(json.dumps({"unrelated": 1}))
-    refused(capsys, ["push", str(run), "user/x", "--rebuild-card"], "metrics.json", "--keep-card")
+    refused(capsys, ["push", str(run), "user/x", "--rebuild-card"], "metrics.json changed since the run wrote it")
+    refused(capsys, ["push", str(run), "user/x", "--rebuild-card", "--allow-changed"], "metrics.json", "--keep-card")
 
 
 # ----------------------------------------------------------------------------------------------

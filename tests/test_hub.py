@@ -25,6 +25,7 @@ from transformers import AutoTokenizer
 import hf_vanilla as hv
 from hf_vanilla import cli
 from hf_vanilla.checkpoint import code_files
+from hf_vanilla.files.output_folder import ChangedFileError
 from hf_vanilla.publishing.card import build_model_card
 from hf_vanilla.publishing.hub import model_card_text, plan_upload, push_run
 from tests.factories import tiny_model, tiny_tokenizer
@@ -177,11 +178,13 @@ def test_model_cards_edited_kept_rebuilt_or_from_the_one_template(trained_run: P
     # a private push to a public repo.
     broken = copy_run(trained_run, tmp_path / "broken")
     (broken / "README.md").write_text("---\nlicense: [unclosed\n---\n# card\n")
+    with pytest.raises(ChangedFileError, match="README.md changed since the run wrote it"):
+        push_run(broken, "tester/broken", api=api)  # edited by hand: refused unless told (issue 41.2)
     with pytest.raises(ValueError, match="model card"):
-        push_run(broken, "tester/broken", api=api)
+        push_run(broken, "tester/broken", api=api, allow_changed=True)
     (broken / "model.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match="no safetensors weights"):
-        push_run(broken, "tester/broken", api=api)
+        push_run(broken, "tester/broken", api=api, allow_changed=True)
     assert "tester/broken" not in api.repos
     api.create_repo("tester/public", exist_ok=True)
     with pytest.raises(PermissionError, match="public"):

@@ -555,6 +555,21 @@ def test_the_declared_run_folder_is_what_a_run_leaves_and_what_push_uploads(refe
     assert pushed == {*plan_upload(run_dir).files, CARD_FILE}
 
 
+def test_the_record_declares_every_name_a_run_writes_and_seals_each_as_written(reference_run):
+    """The record's loader trusts only names DECLARED_NAMES gives a run (issue 41.2): those must be every name a
+    run writes (the model's code files included), and each must carry the seal written with it, still true."""
+    from hf_vanilla.checkpoint import TOKENIZER_FILES, code_files
+    from hf_vanilla.files.output_folder import DECLARED_NAMES, OutputFolder
+
+    run_dir, _ = reference_run
+    folder = OutputFolder(run_dir)
+    files = folder.record()["files"]
+    names = [*files, *(path.name for path in code_files()), *TOKENIZER_FILES, "runs", "main_job.json"]
+    assert not [name for name in names if not DECLARED_NAMES["run"].fullmatch(name)]
+    assert sorted(files) == sorted(p.name for p in run_dir.iterdir() if not p.name.startswith(".hf_vanilla"))
+    assert all(seal is not None for seal in files.values()) and folder.changed() == []
+
+
 def test_resume_of_a_finished_run_trains_no_further(reference_run, tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(reference_run[0], run_dir)

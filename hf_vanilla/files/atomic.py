@@ -28,6 +28,8 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from ..errors import HfVanillaError
+
 logger = logging.getLogger(__name__)
 
 #: The configuration files ``save_pretrained`` writes beside the weights.
@@ -107,35 +109,87 @@ def make_shareable(path: str | os.PathLike[str]) -> None:
             item.chmod((0o755 if item.is_dir() else 0o644) & ~mask)
 
 
+#: What the system refuses that the user sets right outside hf_vanilla, as messages say it, and how.
+SYSTEM_REFUSALS = {
+    errno.ENOSPC: ("No space left on device", "free some space"),
+    errno.EDQUOT: ("Disk quota exceeded", "free some space"),
+    errno.EACCES: ("Permission denied", "make it writable"),
+    errno.EPERM: ("Operation not permitted", "make it writable"),
+    errno.EROFS: ("Read-only file system", "make it writable"),
+}
+
+
+class FileOperationError(HfVanillaError, OSError):
+    """A file operation the system refused (a full disk, a permission): which step, which file, how to set it
+    right and, once a command has said it (:meth:`then`), what the next command will do."""
+
+    def __init__(self, code: int, what: str) -> None:
+        super().__init__(code, what)
+        self.what = what
+
+    @property
+    def fix(self) -> str:
+        return SYSTEM_REFUSALS.get(self.errno, ("", "set that right"))[1]
+
+    def then(self, next_command: str) -> FileOperationError:
+        """This error with what the next command does (``"run the same command again: ..."``) after its fix."""
+        return FileOperationError(self.errno, f"{self.what}; {self.fix}, then {next_command}")
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def refused_by_the_system(error: OSError, step: str, path: str | os.PathLike[str]) -> FileOperationError | None:
+    """``error`` as one sentence naming ``step`` (``"writing"``, ``"renaming into place"``, ``"flushing"``) and
+    ``path``, if the system refused it for a reason the user sets right (:data:`SYSTEM_REFUSALS`), else None."""
+    if isinstance(error, FileOperationError):
+        return error  # said by an inner step: the first failure is the one to say
+    if error.errno not in SYSTEM_REFUSALS:
+        return None
+    target = Path(path)
+    said = f"{SYSTEM_REFUSALS[error.errno][0]} while {step} {target}"
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        probe = next((p for p in (target, *target.parents) if p.exists()), Path("."))
+        said += f" ({shutil.disk_usage(probe).free / 2**20:.1f} MiB free on that disk)"
+    return FileOperationError(error.errno, said)
+
+
+@contextlib.contextmanager
+def file_step(step: str, path: str | os.PathLike[str]) -> Iterator[None]:
+    """Say which step on which file failed when the system refuses an operation inside the block
+    (:func:`refused_by_the_system`); other errors pass as they are."""
+    try:
+        yield
+    except OSError as error:
+        said = refused_by_the_system(error, step, path)
+        if said is None or said is error:
+            raise
+        raise said from error
+
+
 def disk_full_error(error: BaseException, path: str | os.PathLike[str]) -> OSError | None:
-    """A clear ``OSError(ENOSPC)`` naming ``path`` if ``error`` means the disk filled up, else None.
+    """A clear :class:`FileOperationError` (ENOSPC) naming ``path`` if ``error`` means the disk filled up while
+    writing it, else None (a permission refused while writing is said too).
 
     torch's writer reports a full disk as ``RuntimeError: [enforce fail at inline_container.cc] ...`` and
     safetensors as an I/O error string; both hide the cause.
     """
+    if isinstance(error, OSError) and (said := refused_by_the_system(error, "writing", path)) is not None:
+        return said
     text = str(error)
-    full = isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
-    full = full or "No space left on device" in text or "file write failed" in text or "inline_container" in text
-    if not full:
-        return None
-    target = Path(path)
-    probe = next((p for p in (target, *target.parents) if p.exists()), Path("."))
-    free = shutil.disk_usage(probe).free
-    return OSError(
-        errno.ENOSPC,
-        f"No space left on device while writing {target} ({free / 2**20:.1f} MiB free on that disk): free some space "
-        f"or write elsewhere; the previous version of {target.name}, if any, is untouched",
-    )
+    if "No space left on device" in text or "file write failed" in text or "inline_container" in text:
+        return refused_by_the_system(OSError(errno.ENOSPC, text), "writing", path)
+    return None
 
 
 @contextlib.contextmanager
 def clear_disk_errors(path: str | os.PathLike[str]) -> Iterator[None]:
-    """Re-raise a full-disk failure inside the block as :func:`disk_full_error`'s clear message."""
+    """Re-raise a full-disk (or permission) failure inside the block as :func:`disk_full_error`'s clear message."""
     try:
         yield
     except Exception as error:
         clear = disk_full_error(error, path)
-        if clear is None:
+        if clear is None or clear is error:
             raise
         raise clear from error
 
@@ -147,15 +201,19 @@ def clear_disk_errors(path: str | os.PathLike[str]) -> Iterator[None]:
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers (and a crash) see the old file or the whole new one."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=f".{sibling_stem(path.name, 14)}.", suffix=".tmp", dir=path.parent)
+    with file_step("creating the folder of", path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    with file_step("creating a temporary file beside", path):
+        fd, temporary = tempfile.mkstemp(prefix=f".{sibling_stem(path.name, 14)}.", suffix=".tmp", dir=path.parent)
     try:
         with clear_disk_errors(path), os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
-            os.fsync(handle.fileno())
+            with file_step("flushing to disk", path):
+                os.fsync(handle.fileno())
         make_shareable(temporary)
-        os.replace(temporary, path)
+        with file_step("renaming into place", path):
+            os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
@@ -274,9 +332,10 @@ def staged_folder(target: str | os.PathLike[str], keep: Callable[[str], bool] | 
         target = target.resolve()
     if target.exists() and not target.is_dir():
         raise NotADirectoryError(f"{target} is a file; a folder is needed here. Choose another path.")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_staging(target.parent, target.name)
-    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{staging_stem(target.name)}-", dir=target.parent))
+    with file_step("creating a staging folder beside", target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_staging(target.parent, target.name)
+        staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{staging_stem(target.name)}-", dir=target.parent))
     try:
         with held_lock(staging), clear_disk_errors(target):
             yield staging

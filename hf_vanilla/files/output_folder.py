@@ -7,10 +7,17 @@ How it holds:
 
 - Declared, not observed. A record, ``.hf_vanilla.json`` in the folder, lists the top-level names hf_vanilla
   writes there, each entered by the code that creates it *before* it exists (:meth:`OutputFolder.add`,
-  :meth:`OutputFolder.declare`, :meth:`OutputFolder.publish`). Nothing is recorded because the folder changed.
-  ``--overwrite``, ``--resume``, checkpoint rotation and ``convert --overwrite`` go by this one list
-  (:func:`own_files`). A folder without the record is the user's. A record that is a link, is not JSON or
-  names anything but a plain name in the folder is refused, never trusted nor rewritten.
+  :meth:`OutputFolder.declare`, :meth:`OutputFolder.publish`), and sealed with its size and sha256 by the same
+  code once written (:meth:`OutputFolder.writing`, :meth:`~OutputFolder.publish`, :meth:`~OutputFolder.place`).
+  Nothing is recorded because the folder changed. ``--overwrite``, ``--resume``, checkpoint rotation and
+  ``convert --overwrite`` go by this one list (:func:`own_files`). A folder without the record is the user's.
+- Trusted only for what hf_vanilla could have written. A record (or a journal) that is a link or not JSON, or
+  names anything but a name its kind of folder declares (:data:`DECLARED_NAMES`: the checkpoint pattern, the
+  files a run writes), a name that is a link now, or an entry without a valid size and sha256 is refused
+  (:class:`UntrustedRecordError`), never trusted nor rewritten, and nothing is deleted. A recorded file whose
+  content no longer matches its seal was changed after hf_vanilla wrote it: nothing replaces, moves or deletes it
+  (:class:`ChangedFileError`), and a push refuses to publish it unless told to (``--allow-changed``). A record of
+  an hf_vanilla before seals (a plain list of names) is read as names without seals: trusted by name, as it was.
 - The folder itself is never renamed, exchanged or deleted while it holds anything: files are staged in a hidden
   folder inside it and moved in one by one (each ``os.replace`` is atomic). So a symlinked ``--output-dir``
   stays a link and the files land in its target, and the user's files beside ours stay where they are.
@@ -33,6 +40,7 @@ How it holds:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -44,8 +52,8 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from ..errors import HfVanillaError
-from .atomic import atomic_write_json, atomic_write_text, fsync_path, make_shareable
+from ..errors import HfVanillaError, sentence
+from .atomic import atomic_write_json, atomic_write_text, file_step, fsync_path, make_shareable
 
 logger = logging.getLogger(__name__)
 
@@ -71,10 +79,41 @@ OLDER_RUN_FILE = re.compile(
 KINDS = {"run": ("a training run", "hf-vanilla train"), "conversion": ("a converted model", "hf-vanilla convert"),
          "experiments": ("experiment outputs", "scripts/experiments.py")}
 
+#: The code files that travel with a model (:func:`hf_vanilla.checkpoint.code_files`; tests/test_train.py keeps
+#: the two equal: this layer cannot import the model).
+CODE_FILE = r"(configuration_vanilla|modeling_vanilla|positional|transformers_releases|variants)\.py"
+
+#: The names each kind of folder's writers put at its top: a recorded name outside its kind's is not one
+#: hf_vanilla wrote. A run: the model (save_pretrained's files, the tokenizer's, the code), the run files, the
+#: Trainer's, TensorBoard's ``runs/``, scripts/main_job.py's summary and ``checkpoint-N`` (tests/test_train.py keeps
+#: this equal to what a run writes). A conversion: the model's files and whatever side files ``convert`` copies
+#: from SRC_DIR (any name that is not hidden), so there its seals alone tell. Experiments: NAME.png/.md/.json.
+DECLARED_NAMES = {
+    "run": re.compile(
+        r"run\.json|README\.md|metrics\.json|curves\.png|trainer_state\.json|training_args\.bin|main_job\.json|runs"
+        r"|config\.json|generation_config\.json|model\.safetensors(\.index\.json)?|model-\d{5}-of-\d{5}\.safetensors"
+        r"|tokenizer\.json|tokenizer_config\.json|special_tokens_map\.json|added_tokens\.json|chat_template\.jinja"
+        r"|tokenizer\.model|vocab\.json|vocab\.txt|merges\.txt|checkpoint-\d+|" + CODE_FILE),
+    "conversion": re.compile(r"[^.].*", re.DOTALL),
+    "experiments": re.compile(r"[\w-]+\.(png|md|json)"),
+}
+
+#: Kinds whose unsealed entries are trusted by name: their names are a fixed set (a conversion's are not).
+NAMED_KINDS = ("run", "experiments")
+
+#: Kinds each write adds its own names to (one experiment's figure beside another's): writing one of these folders
+#: again needs no --overwrite, and replaces only the names that write claims (:meth:`OutputFolder.claim`).
+ADDED_TO = ("experiments",)
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
 
 class UntrustedRecordError(HfVanillaError, ValueError):
     """The folder's record (or journal) is not one hf_vanilla wrote: a link, not JSON, or naming paths."""
 
+
+class ChangedFileError(HfVanillaError, FileExistsError):
+    """A file hf_vanilla wrote was changed since (its size or sha256 differs from its record)."""
 
 
 class FolderBusyError(HfVanillaError, RuntimeError):
@@ -103,6 +142,11 @@ class OutputFolder:
         self._committed = False
 
     @property
+    def committed(self) -> bool:
+        """Whether this write has committed (its first checkpoint is in place: it stays, whatever happens)."""
+        return self._committed
+
+    @property
     def replaced(self) -> Path:
         """Where ``--overwrite`` keeps the previous write's own files until :meth:`commit` or :meth:`undo`."""
         return self.path / REPLACED
@@ -111,19 +155,51 @@ class OutputFolder:
     # What is in it
 
     def record(self) -> dict[str, Any] | None:
-        """The folder's record (None when hf_vanilla never wrote here). A record hf_vanilla cannot have written
-        (a link, not JSON, a name that is not a plain name in the folder) is :class:`UntrustedRecordError`."""
+        """The folder's record (None when hf_vanilla never wrote here), its ``files`` a dict: name -> its seal
+        (``{"size", "sha256"}``) or None (declared, not yet written; or recorded by an hf_vanilla before seals).
+        A record hf_vanilla cannot have written is :class:`UntrustedRecordError` (see the module's docstring)."""
         record = _read_own_json(self.path / RECORD)
         if record is None:
             return None
-        files = record.get("files") if isinstance(record, dict) else None
-        strays = [name for name in files if not _plain_name(name)] if isinstance(files, list) else None
-        if strays is None or strays:
-            what = f"names {strays} that are not files in the folder" if strays else "no list of files"
-            raise UntrustedRecordError(f"{self.path / RECORD} holds {what}; hf_vanilla did not write it and will "
+        problem, record = _validated(record)
+        if problem is None and (links := [name for name in record["files"] if (self.path / name).is_symlink()]):
+            problem = f"names {links} that {'is' if len(links) == 1 else 'are'} a symbolic link now"
+        if problem is not None:
+            raise UntrustedRecordError(f"{self.path / RECORD} holds {problem}; hf_vanilla did not write it and will "
                                        "neither trust nor rewrite it: restore it, or move it out of the folder "
                                        "(the folder is then yours, and nothing in it hf_vanilla's)")
         return record
+
+    def changed(self, names: Iterable[str] | None = None) -> list[str]:
+        """The recorded names (all, or those of ``names``) whose file no longer matches the size and sha256 it
+        was sealed with: changed since hf_vanilla wrote it. Unsealed and missing ones are not counted."""
+        files = (self.record() or {"files": {}})["files"]
+        wanted = files if names is None else [name for name in names if name in files]
+        return sorted(name for name in wanted if files[name] is not None and os.path.lexists(self.path / name)
+                      and digest(self.path / name) != files[name])
+
+    def unsealed(self, names: Iterable[str] | None = None) -> list[str]:
+        """The recorded names (all, or those of ``names``) that exist without a seal (written by an hf_vanilla
+        before seals, or by a writer killed before it sealed them): nothing tells whether they changed."""
+        files = (self.record() or {"files": {}})["files"]
+        wanted = files if names is None else [name for name in names if name in files]
+        return sorted(name for name in wanted if files[name] is None and os.path.lexists(self.path / name))
+
+    def _refuse_changed(self, names: Iterable[str], doing: str) -> None:
+        """Refuse to ``doing`` (replace, move aside, delete) any of ``names`` that changed since hf_vanilla
+        wrote it, or (in a folder whose names are not a fixed set) that it cannot tell it wrote."""
+        names = list(names)
+        changed = self.changed(names)
+        unknown = [] if self.kind in NAMED_KINDS else self.unsealed(names)
+        if not changed and not unknown:
+            return
+        said = [f"{', '.join(changed)} changed since hf_vanilla wrote {'it' if len(changed) == 1 else 'them'} "
+                "(size or sha256 differs from its record)"] * bool(changed) + [
+            f"{', '.join(unknown)} carr{'ies' if len(unknown) == 1 else 'y'} no seal in its record (an older "
+            "hf_vanilla's)"] * bool(unknown)
+        raise ChangedFileError(f"{self.path}: {' and '.join(said)}, so it may hold your edits and hf_vanilla will not "
+                               f"{doing} it: move it out of the folder (it is then yours) or put back what hf_vanilla "
+                               "wrote, then run the same command again; nothing was changed")
 
     def is_ours(self) -> bool:
         """Whether hf_vanilla wrote this folder as this kind."""
@@ -132,9 +208,8 @@ class OutputFolder:
 
     def own_files(self) -> list[Path]:
         """See the module's :func:`own_files`."""
-        record = self.record() or {"files": []}
-        return sorted(self.path / name for name in set(record["files"])
-                      if (self.path / name).exists() and not (self.path / name).is_symlink())
+        record = self.record() or {"files": {}}
+        return sorted(self.path / name for name in record["files"] if (self.path / name).exists())
 
     def foreign_files(self) -> list[Path]:
         """Everything at the top of the folder that hf_vanilla did not write (links included)."""
@@ -174,11 +249,15 @@ class OutputFolder:
             theirs = KINDS.get(record.get("kind"), ("another kind of folder",))[0]
             raise FileExistsError(f"{self.path} holds {theirs} written by hf_vanilla, not {what}: choose another "
                                   "folder (nothing was changed)")
+        if record is not None and self.kind in ADDED_TO:
+            return  # each write claims its own names; a user's file of the same name is refused then
         if record is None and resume and self.kind == "run" and (names := self._older_run_files()):
-            self._write_record(names)  # adopted: every file in it is one an older hf_vanilla's run writes
+            self._write_record(dict.fromkeys(names))  # adopted: every file in it is one an older hf_vanilla's run writes
             return
         if record is None:
             raise FileExistsError(self._not_ours_message(overwrite=overwrite, resume=resume))
+        if overwrite and not resume:  # said now, before anything is loaded; begin() says it again under the lock
+            self._refuse_changed([path.name for path in self.own_files()], "replace")
         if not (overwrite or resume):
             how = "pass --resume to continue it, or --overwrite to start again" if self.kind == "run" else \
                 "pass --overwrite to replace it"
@@ -230,7 +309,8 @@ class OutputFolder:
             yield self
             return
         self._created = not self.path.exists()
-        self.path.mkdir(parents=True, exist_ok=True)
+        with file_step("creating", self.path):
+            self.path.mkdir(parents=True, exist_ok=True)
         lock_file = self.path / LOCK
         lock = _file_lock(lock_file)
         if not _try_acquire(lock):
@@ -297,13 +377,16 @@ class OutputFolder:
         if previous is not None and not overwrite:
             return False
         names = [path.name for path in self.own_files()] if previous is not None else []
+        self._refuse_changed(names, "replace")
         self._write_journal(ASIDE, names, previous)  # the intent, durably, before anything moves
         if names:
-            self.replaced.mkdir(exist_ok=True)
+            with file_step("creating", self.replaced):
+                self.replaced.mkdir(exist_ok=True)
         for name in names:
-            os.replace(self.path / name, self.replaced / name)
+            with file_step("moving aside", self.path / name):
+                os.replace(self.path / name, self.replaced / name)
         fsync_path(self.path)
-        self._write_record([])
+        self._write_record({})
         self._write_journal(NEW, names, previous)
         return bool(names)
 
@@ -326,6 +409,18 @@ class OutputFolder:
         journal = self._journal()
         if journal is not None:
             self._finish(journal)
+
+    def undo_after_failure(self) -> bool:
+        """:meth:`undo` on the way out of a write that failed: if it fails too (on the same full disk), the failure
+        that ended the write stays the one said, and the next command's recovery finishes the undo (the journal
+        holds what to do). Returns whether the folder is back as the write found it."""
+        try:
+            self.undo()
+        except OSError as error:
+            logger.warning("%s: putting the folder back failed too (%s); the next command in it does that first",
+                           self.path, sentence(error))
+            return False
+        return True
 
     def _finish(self, journal: dict[str, Any]) -> None:
         """Carry the journal's phase through to its end; every step can be repeated after a kill."""
@@ -377,9 +472,11 @@ class OutputFolder:
         if journal is None:
             return None
         names = journal.get("names") if isinstance(journal, dict) else None
-        valid = (isinstance(names, list) and all(_plain_name(name) for name in names)
+        previous = journal.get("record") if isinstance(journal, dict) else None
+        declared = DECLARED_NAMES[self.kind]
+        valid = (isinstance(names, list) and all(_plain_name(name) and declared.fullmatch(name) for name in names)
                  and journal.get("phase") in (ASIDE, NEW, DISCARDING)
-                 and (journal.get("record") is None or isinstance(journal.get("record"), str))
+                 and (previous is None or (isinstance(previous, str) and _record_text_is_valid(previous, self.kind)))
                  and (journal.get("committing_by") is None or _plain_name(journal.get("committing_by"))))
         if not valid or self.replaced.is_symlink():  # a link would move files in from where it points
             raise UntrustedRecordError(f"{self.path / JOURNAL} is not a journal hf_vanilla wrote (or {REPLACED} is "
@@ -416,8 +513,8 @@ class OutputFolder:
         names = set(names)
         if strays := sorted(name for name in names if not _plain_name(name)):
             raise ValueError(f"cannot record {strays} in {self.path}: only plain names of files in it")
-        record = self.record() or {"files": []}
-        files = sorted(set(record["files"]) | names)
+        record = self.record() or {"files": {}}
+        files = {**record["files"], **dict.fromkeys(names)}  # sealed once written (seal)
         if files != record["files"] or record.get("kind") != self.kind:
             self._write_record(files)
 
@@ -431,7 +528,38 @@ class OutputFolder:
             raise FileExistsError(f"{', '.join(taken)} in {self.path} {'is' if len(taken) == 1 else 'are'} not "
                                   "hf_vanilla's own (or a symbolic link), and hf_vanilla replaces only files it "
                                   "wrote: move them elsewhere, then run the same command again")
-        self.add(names)
+        self.add(names)  # a name of ours written again (a resumed run re-saving a torn file) is this write's
+
+    def seal(self, names: Iterable[str]) -> None:
+        """Record the size and sha256 of ``names`` as they are now: called by the code that has just written them
+        (:meth:`writing`, :meth:`publish`, :meth:`place`), never on what is merely found in the folder."""
+        record = self.record() or {"files": {}}
+        files = dict(record["files"])
+        for name in names:
+            if name not in files:
+                raise ValueError(f"{name} is not recorded in {self.path / RECORD}: declare it before writing it")
+            files[name] = digest(self.path / name)
+        self._write_record(files)
+
+    @contextlib.contextmanager
+    def writing(self, name: str) -> Iterator[Path]:
+        """:meth:`declare` ``name`` (refused if it is the user's or changed since), yield its path to write, then
+        :meth:`seal` it: the one way a file of ours is written at the folder's top by a caller."""
+        path = self.declare(name)
+        yield path
+        self.seal([name])
+
+    def write_text(self, name: str, text: str) -> Path:
+        """``text`` as ``name``, atomically, declared and sealed (:meth:`writing`)."""
+        with self.writing(name) as path:
+            atomic_write_text(path, text)
+        return path
+
+    def write_json(self, name: str, payload: Any) -> Path:
+        """``payload`` as JSON in ``name``, atomically, declared and sealed (:meth:`writing`)."""
+        with self.writing(name) as path:
+            atomic_write_json(path, payload)
+        return path
 
     def declare(self, name: str) -> Path:
         """:meth:`claim` one name; its path, to write."""
@@ -450,8 +578,10 @@ class OutputFolder:
         if final.is_dir() and not final.is_symlink():  # the same name saved again (a resumed run): replaced
             self.remove(name)
             self.add([name])
-        os.replace(source, final)
+        with file_step("moving into place", final):
+            os.replace(source, final)
         fsync_path(self.path)
+        self.seal([name])
         if commits:
             self.commit()
         return final
@@ -464,11 +594,13 @@ class OutputFolder:
         path = self.path / name
         if path not in self.own_files():
             raise FileNotFoundError(f"{path} is not one of hf_vanilla's own files; it is left alone")
+        self._refuse_changed([name], "delete")
         doomed = self.fresh(f"removing-{name}", create=False)
         _remove(doomed)
-        os.replace(path, doomed)
-        record = self.record() or {"files": []}
-        self._write_record(sorted(set(record["files"]) - {name}))
+        with file_step("moving away to delete", path):
+            os.replace(path, doomed)
+        record = self.record() or {"files": {}}
+        self._write_record({key: seal for key, seal in record["files"].items() if key != name})
         _remove(doomed)
 
     def fresh(self, name: str, create: bool = True) -> Path:
@@ -477,7 +609,8 @@ class OutputFolder:
         work = self.path / f"{FRESH_PREFIX}{name}"
         if create:
             _remove(work)
-            work.mkdir(parents=True)
+            with file_step("creating the work folder", work):
+                work.mkdir(parents=True)
         return work
 
     def publish(self, work: Path) -> list[str]:
@@ -491,8 +624,10 @@ class OutputFolder:
             target = self.path / name
             if target.is_dir() and not target.is_symlink():
                 _remove(target)
-            os.replace(work / name, target)
+            with file_step("moving into place", target):
+                os.replace(work / name, target)
         fsync_path(self.path)
+        self.seal(names)
         _remove(work)
         return names
 
@@ -515,7 +650,7 @@ class OutputFolder:
                 yield work
                 self.publish(work)
             except BaseException:
-                self.undo()
+                self.undo_after_failure()
                 raise
             self.commit()
 
@@ -526,8 +661,9 @@ class OutputFolder:
             if TEMPORARY.fullmatch(temporary.name):
                 _remove(temporary)
 
-    def _write_record(self, files: list[str]) -> None:
-        atomic_write_json(self.path / RECORD, {"written_by": "hf_vanilla", "kind": self.kind, "files": files})
+    def _write_record(self, files: dict[str, dict[str, Any] | None]) -> None:
+        atomic_write_json(self.path / RECORD, {"written_by": "hf_vanilla", "kind": self.kind,
+                                               "files": dict(sorted(files.items()))})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -547,6 +683,69 @@ def _read_own_json(path: Path) -> Any:
     except (OSError, ValueError) as error:
         raise UntrustedRecordError(f"{path} does not read as JSON ({error}); hf_vanilla did not write it and will "
                                    "neither trust nor rewrite it: restore it, or move it out of the folder") from None
+
+
+def _validated(record: Any) -> tuple[str | None, dict[str, Any]]:
+    """(what is wrong with a record read from disk, or None; the record with ``files`` as a dict of seals)."""
+    if not isinstance(record, dict):
+        return "no list of files", {}
+    files = record.get("files")
+    if isinstance(files, list) and all(isinstance(name, str) for name in files):
+        files = dict.fromkeys(files)  # an hf_vanilla before seals: names alone
+    if not isinstance(files, dict):
+        return "no list of files", record
+    if strays := sorted(name for name in files if not _plain_name(name)):
+        return f"names {strays} that are not files in the folder", record
+    kind = record.get("kind")
+    if kind not in DECLARED_NAMES:
+        return f"an unknown kind of folder ({kind!r})", record
+    if undeclared := sorted(name for name in files if not DECLARED_NAMES[kind].fullmatch(name)):
+        return f"names {undeclared} that {KINDS[kind][0]} never holds", record
+    if unsealed := sorted(name for name, seal in files.items() if seal is not None and not _is_seal(seal)):
+        return f"entries {unsealed} without a valid size and sha256", record
+    return None, {**record, "files": files}
+
+
+def _record_text_is_valid(text: str, kind: str) -> bool:
+    """Whether a record kept as text (in the journal) is one hf_vanilla can have written, of ``kind``."""
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return False
+    problem, record = _validated(record)
+    return problem is None and record.get("kind") == kind
+
+
+def _is_seal(seal: Any) -> bool:
+    return (isinstance(seal, dict) and set(seal) == {"size", "sha256"} and type(seal["size"]) is int
+            and seal["size"] >= 0 and isinstance(seal["sha256"], str) and bool(_SHA256.fullmatch(seal["sha256"])))
+
+
+def digest(path: Path) -> dict[str, Any]:
+    """The seal of a file, or of a folder (every entry under it by relative path, each file's size and sha256, a
+    link's target unfollowed): its size in bytes and sha256."""
+    if not path.is_dir() or path.is_symlink():
+        return dict(zip(("size", "sha256"), _file_digest(path), strict=True))
+    total, whole = 0, hashlib.sha256()
+    for item in sorted(path.rglob("*")):
+        name = os.fsencode(item.relative_to(path).as_posix())
+        if item.is_symlink():
+            whole.update(name + b"\0link\0" + os.fsencode(os.readlink(item)) + b"\n")
+        elif item.is_file():
+            size, sha = _file_digest(item)
+            total += size
+            whole.update(name + f"\0{size}\0{sha}\n".encode())
+        else:
+            whole.update(name + b"/\n")
+    return {"size": total, "sha256": whole.hexdigest()}
+
+
+def _file_digest(path: Path) -> tuple[int, str]:
+    if path.is_symlink():
+        target = os.fsencode(os.readlink(path))
+        return len(target), hashlib.sha256(target).hexdigest()
+    with open(path, "rb") as handle:
+        return os.fstat(handle.fileno()).st_size, hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _plain_name(name: Any) -> bool:

@@ -363,6 +363,15 @@ def build_model_card(
     return ModelCard.from_template(data, template_str=_template_text(template_path), **context)
 
 
+def note_edited_files(card: str, names: Sequence[str]) -> str:
+    """``card`` with a closing section naming the files a push publishes although they were changed after the run
+    wrote them (``hf-vanilla push --allow-changed``): a reader of the repo learns they are not the run's own."""
+    listed = ", ".join(f"`{name}`" for name in names)
+    return (f"{card.rstrip()}\n\n## Files edited after training\n\n{listed} {'was' if len(names) == 1 else 'were'} "
+            "changed after the training run wrote them (the size or sha256 recorded with each no longer matches) "
+            "and published as edited: they may not describe the run as it ran.\n")
+
+
 def saved_auto_class(config: Mapping[str, Any]) -> str:
     """The Auto class that loads the saved class (``architectures``) by its ``auto_map`` entry, which also names
     the other Auto classes that fit the family; without ``architectures``, the first entry past AutoConfig."""

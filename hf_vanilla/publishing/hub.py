@@ -40,8 +40,8 @@ from ..checkpoint import PICKLE_SUFFIXES, TOKENIZER_FILES, code_files, loading_f
 from ..configuration_vanilla import AUTO_CLASSES, VanillaConfig
 from ..errors import HfVanillaError, refuse, sentence
 from ..files.atomic import is_model_file, is_weight_file
-from ..files.output_folder import OutputFolder
-from .card import build_model_card, build_saved_model_card
+from ..files.output_folder import ChangedFileError, OutputFolder
+from .card import build_model_card, build_saved_model_card, note_edited_files
 from .public import QUOTED_FIELDS, local_paths, public_run_files, quoted_data
 from .push_cli import DEFAULT_TIMEOUT_S
 from .secrets import refuse_secrets
@@ -286,6 +286,31 @@ class PushResult:
     unchanged: bool = False
 
 
+def edited_files(folder: Path, plan: UploadPlan, rebuild_card: bool | None, allow_changed: bool) -> list[str]:
+    """The recorded files a push would publish that changed since hf_vanilla wrote them (their size or sha256
+    differs from the folder's record; the README.md too when it may go up as it is): refused, naming them, unless
+    ``allow_changed``, and then returned for the card to name. Files recorded without a seal (an older
+    hf_vanilla's run) cannot be checked: a warning names them."""
+    owner = OutputFolder(folder)
+    if owner.record() is None:
+        return []  # not written by hf_vanilla (a save_pretrained folder): nothing to compare with
+    published = [name for name in plan.files if "/" not in name]
+    published += [CARD_FILE] if rebuild_card is not True else []
+    if unsealed := owner.unsealed(published):
+        logger.warning("%s: %s recorded without a checksum (an older hf_vanilla, or a write cut short): not "
+                       "checked for changes", folder, ", ".join(unsealed))
+    edited = owner.changed(published)
+    if edited and not allow_changed:
+        card = " (or --rebuild-card to publish a card built afresh)" if CARD_FILE in edited else ""
+        raise ChangedFileError(
+            f"refusing to push {folder}: {', '.join(edited)} changed since the run wrote "
+            f"{'it' if len(edited) == 1 else 'them'} (size or sha256 differs from {folder.name}'s record), so the "
+            f"repo would not hold what the run made; put back the run's file{card}, or pass allow_changed=True "
+            "(--allow-changed) to publish it as edited, which the card then says. Nothing was sent."
+        )
+    return edited
+
+
 def _local_upload(folder: Path, include: Sequence[str], allow_incomplete: bool,
                   publish_samples: bool) -> tuple[UploadPlan, dict[str, Any], str | None]:
     """The push's plan and its operations (path in the repo -> local file or bytes), checked and prepared
@@ -319,6 +344,7 @@ def push_run(
     include: Sequence[str] = (),
     allow_incomplete: bool = False,
     publish_samples: bool = False,
+    allow_changed: bool = False,
     timeout: float = DEFAULT_TIMEOUT_S,
     api: Any = None,
 ) -> PushResult:
@@ -334,7 +360,9 @@ def push_run(
     ``allow_incomplete``. ``run.json`` and ``metrics.json`` go up without local paths (the local copies keep them),
     and the sample outputs of a run trained on data that may be private (local files, a ``datasets`` dataset) are
     left out of them and of the card unless ``publish_samples`` (see
-    :func:`hf_vanilla.publishing.public.public_run_files`). A Hub silent for ``timeout`` seconds ends the push with
+    :func:`hf_vanilla.publishing.public.public_run_files`). A file the run's record lists that was changed since
+    the run wrote it (edited metrics, swapped weights, a hand-edited card kept as it is) is refused, naming it,
+    unless ``allow_changed``; the card then names it (:func:`edited_files`). A Hub silent for ``timeout`` seconds ends the push with
     a ``TimeoutError``; nothing is committed then, and the same push run again starts afresh (files the Hub already
     holds are not sent twice). ``api`` is the ``huggingface_hub.HfApi`` to talk through (default:
     ``HfApi(token=token)``).
@@ -348,7 +376,9 @@ def push_run(
     # A credential first (it matters more than anything a card lacks): a README.md that may be kept is checked too.
     readme = {CARD_FILE: folder / CARD_FILE} if rebuild_card is not True and (folder / CARD_FILE).is_file() else {}
     refuse_secrets({**operations, **readme}, binary=weights)
+    edited = edited_files(folder, plan, rebuild_card, allow_changed)
     card = model_card_text(folder, repo_id, rebuild_card=rebuild_card, publish_samples=publish_samples)
+    card = note_edited_files(card, edited) if edited else card
     refuse_secrets({CARD_FILE: card})
     if plan.skipped:
         logger.info(  # PushResult.skipped has them too, and the command prints them: said once
@@ -360,7 +390,7 @@ def push_run(
     try:
         with requests_time_out(timeout):
             commit, unchanged = _commit(
-                api, folder, repo_id, operations, card, revision, private, commit_message, rebuild_card
+                api, folder, repo_id, operations, card, revision, private, commit_message, rebuild_card, edited
             )
     except HfHubHTTPError as error:
         status = error.response.status_code if error.response is not None else None
@@ -421,11 +451,13 @@ def _commit(
     private: bool | None,
     commit_message: str | None,
     rebuild_card: bool | None,
+    edited: Sequence[str] = (),
 ) -> tuple[Any, bool]:
     """The commit made (or, when nothing changed, the head found) and whether nothing changed."""
     created = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
     if created != repo_id:  # "name" became "user/name": the card names the repo, so it names the full id
         repo_id, card = created, model_card_text(folder, created, rebuild_card=rebuild_card)
+        card = note_edited_files(card, edited) if edited else card
     if private and not api.repo_info(repo_id).private:
         raise PermissionError(f"{repo_id} already exists and is public; refusing a push meant to be private")
     if revision is not None and revision != "main":
@@ -481,6 +513,7 @@ def run_cli(args: argparse.Namespace) -> int:
             include=args.include,
             allow_incomplete=args.allow_incomplete,
             publish_samples=args.publish_samples,
+            allow_changed=args.allow_changed,
             timeout=args.timeout,
         )
     except (HfVanillaError, ValueError, OSError, RuntimeError) as error:  # refused token, missing files, Hub or upload errors
@@ -500,4 +533,5 @@ def run_cli(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["RUN_FILES", "PushResult", "UploadPlan", "model_card_text", "plan_upload", "push_run", "run_cli"]
+__all__ = ["RUN_FILES", "PushResult", "UploadPlan", "edited_files", "model_card_text", "plan_upload", "push_run",
+           "run_cli"]

@@ -63,6 +63,12 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         "texts, so they are left out of the card and metrics.json otherwise (built-in corpora are public)",
     )
     parser.add_argument(
+        "--allow-changed",
+        action="store_true",
+        help="publish files the run's record lists although they were changed after the run wrote them (refused "
+        "otherwise, naming them); the card then names them as edited after training",
+    )
+    parser.add_argument(
         "--timeout",
         metavar="SECONDS",
         type=float,

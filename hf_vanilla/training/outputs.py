@@ -18,7 +18,6 @@ import torch
 import transformers
 
 from .. import __version__
-from ..files.atomic import atomic_write_json, atomic_write_text
 from ..publishing.card import build_model_card
 from ..publishing.unfinished import how_to_resume
 from ..tools.viz import plot_training_curves
@@ -71,7 +70,7 @@ def run_record(task: Task, opts: TrainOptions, *, description: dict[str, Any], t
 
 
 def write_run_record(folder: OutputFolder, record: dict[str, Any]) -> None:
-    atomic_write_json(folder.declare(RUN_RECORD), record)
+    folder.write_json(RUN_RECORD, record)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -151,8 +150,9 @@ def write_outputs(folder: OutputFolder, task: Task, *, metrics: dict, baseline: 
                   done: dict, record: dict, log_history: list) -> None:
     """metrics.json, run.json (completed), curves.png and the model card README.md, each named in the run's
     record before it is written."""
-    atomic_write_json(folder.declare("metrics.json"), {"task": task.name, **done, "metrics": metrics,
-                                                       "baseline": baseline, "timing": timings, "samples": samples})
+    folder.write_json("metrics.json", {"task": task.name, **done, "metrics": metrics, "baseline": baseline,
+                                       "timing": timings, "samples": samples})
     write_run_record(folder, record)
-    plot_training_curves(log_history, task=task.name, baseline=baseline, path=folder.declare("curves.png"))
-    atomic_write_text(folder.declare("README.md"), build_model_card(folder.path).content)
+    with folder.writing("curves.png") as path:
+        plot_training_curves(log_history, task=task.name, baseline=baseline, path=path)
+    folder.write_text("README.md", build_model_card(folder.path).content)

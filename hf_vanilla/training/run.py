@@ -28,8 +28,8 @@ from transformers.trainer import TRAINER_STATE_NAME
 from .. import modeling_vanilla
 from ..checkpoint import ensure_code_files, shipped_auto_map, weight_files
 from ..configuration_vanilla import VanillaConfig
-from ..files.atomic import clear_disk_errors
-from ..files.output_folder import OutputFolder
+from ..files.atomic import FileOperationError, clear_disk_errors
+from ..files.output_folder import JOURNAL, OutputFolder
 from ..presets import PRESETS, preset_fields
 from ..tasks import Task, get_task
 from . import rundir
@@ -123,7 +123,30 @@ def train(task: str, output_dir: str | os.PathLike[str], *, callbacks: Sequence[
 
 def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list,
         resume_command: str | None = None) -> RunResult:
-    t_start = time.perf_counter()
+    """:func:`run_in_folder`; a file operation the system refused (a full disk, a permission) ends the run with
+    one sentence: the step and file that failed first, and what the next command will do (:func:`after_failure`)."""
+    folder = OutputFolder(run_dir, "run")
+    try:
+        return run_in_folder(task, folder, opts, extra_callbacks, resume_command)
+    except FileOperationError as error:
+        raise error.then(after_failure(folder, bool(opts.resume), resume_command)) from error
+
+
+def after_failure(folder: OutputFolder, resumed: bool, resume_command: str | None) -> str:
+    """What the next command does in the run's folder after the run failed: go on from the newest checkpoint once
+    this run has one (or continued one), else start again where the folder was put back (or will be)."""
+    last = newest_checkpoint(folder.path) if resumed or folder.committed else None
+    if last is not None:
+        return f"{how_to_resume(resume_command)}: it continues from {Path(last).name}"
+    if (folder.path / JOURNAL).exists():  # the undo failed too: the next command's recovery finishes it first
+        return ("run the same command again: it first puts the folder back as this command found it (its journal "
+                "says how), then starts again")
+    return "run the same command again: the folder is as this command found it"
+
+
+def run_in_folder(task: Task, folder: OutputFolder, opts: TrainOptions, extra_callbacks: list,
+                  resume_command: str | None = None) -> RunResult:
+    t_start, run_dir = time.perf_counter(), folder.path
     # The distributed state must exist before anything asks which process is main. Without an
     # accelerator it must be told cpu=True, or `accelerate launch` on a CPU machine gives N
     # unconnected single-process runs instead of one gloo DDP run.
@@ -132,7 +155,6 @@ def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list,
     check_init_from(opts.init_from)
     state = PartialState(cpu=use_cpu)
     is_main = state.is_main_process
-    folder = OutputFolder(run_dir, "run")
     recorded = check_before_loading(task, run_dir, opts) if is_main else recorded_if_resuming(run_dir, opts)
     with folder.locked(enabled=is_main), contextlib.ExitStack() as undo:
         if is_main:
@@ -304,7 +326,7 @@ def prepare_output_dir(folder: OutputFolder, opts: TrainOptions, undo: contextli
     if opts.resume:  # the run's own folder: its checkpoints stay whatever happens
         folder.begin(overwrite=False)
         return
-    undo.callback(folder.undo)
+    undo.callback(folder.undo_after_failure)
     if folder.begin(overwrite=opts.overwrite):
         logger.warning("--overwrite: the old run is kept in %s until the new run saves its first checkpoint",
                        folder.replaced)
@@ -584,5 +606,7 @@ def save_final_model(trainer, folder: OutputFolder, is_main: bool) -> None:
 def save_trainer_state(trainer, folder: OutputFolder, is_main: bool) -> None:
     """The Trainer's trainer_state.json at the top of the run (the main process writes it, named first)."""
     if is_main:
-        folder.declare(TRAINER_STATE_NAME)
-    trainer.save_state()
+        with folder.writing(TRAINER_STATE_NAME):
+            trainer.save_state()
+    else:
+        trainer.save_state()

@@ -10,8 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..files.atomic import atomic_write_json
-from ..files.output_folder import FolderBusyError
+from ..files.output_folder import FolderBusyError, OutputFolder
 
 RUN_RECORD = "run.json"
 
@@ -35,4 +34,4 @@ def update_status(run_dir: Path, status: str, **fields: Any) -> None:
     """Record how the run ended (``completed``, ``diverged``, ``interrupted``, ...) in run.json."""
     record = read_record(run_dir)
     record.update(status=status, **fields)
-    atomic_write_json(run_dir / RUN_RECORD, record)
+    OutputFolder(run_dir, "run").write_json(RUN_RECORD, record)

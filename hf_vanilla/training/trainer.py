@@ -18,7 +18,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length
 
 from ..checkpoint import ensure_code_files
 from ..files.atomic import clear_disk_errors, fsync_tree, make_shareable
-from ..files.output_folder import OutputFolder, own_files
+from ..files.output_folder import ChangedFileError, OutputFolder, own_files
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +106,10 @@ def rotate_recorded(folder: OutputFolder, limit: int | None, best: str | None) -
     surplus = len(checkpoints) - max(limit, len(protected))
     for checkpoint in [c for c in checkpoints if c.name not in protected][:max(surplus, 0)]:
         logger.info("deleting %s (save_total_limit=%d)", checkpoint, limit)
-        folder.remove(checkpoint.name)
+        try:
+            folder.remove(checkpoint.name)
+        except ChangedFileError as error:  # changed since it was saved (edited, damaged): kept, training goes on
+            logger.warning("save_total_limit: keeping %s: %s", checkpoint.name, error)
 
 
 def checkpoint_problem(checkpoint: Path) -> str | None:

@@ -26,6 +26,7 @@ from hf_vanilla.files.output_folder import (
     JOURNAL,
     RECORD,
     REPLACED,
+    ChangedFileError,
     OutputFolder,
     UntrustedRecordError,
     own_files,
@@ -175,7 +176,13 @@ def test_another_kind_of_hf_vanilla_folder_is_not_overwritten(tmp_path):
 @pytest.mark.parametrize("record", [
     json.dumps({"kind": "run", "files": ["../outside.txt"]}), json.dumps({"kind": "run", "files": ["/etc/passwd"]}),
     json.dumps({"kind": "run", "files": ["."]}), json.dumps({"kind": "run", "files": ["sub/model.safetensors"]}),
-    json.dumps({"kind": "run", "files": "model.safetensors"}), '{"kind": "run", "files": [', "[]"])
+    json.dumps({"kind": "run", "files": "model.safetensors"}), '{"kind": "run", "files": [', "[]",
+    # issue 41.2: as a dict of seals too; a name a run never writes; a seal that is not one; an unknown kind
+    json.dumps({"kind": "run", "files": {"../outside.txt": None}}), json.dumps({"kind": "run", "files": {"/etc/x": None}}),
+    json.dumps({"kind": "run", "files": ["thesis.tex"]}), json.dumps({"kind": "run", "files": {"notes.txt": None}}),
+    json.dumps({"kind": "run", "files": {"model.safetensors": {"size": 4, "sha256": "abc"}}}),
+    json.dumps({"kind": "run", "files": {"model.safetensors": {"size": -1, "sha256": "0" * 64}}}),
+    json.dumps({"kind": "mine", "files": {}})])
 def test_a_record_hf_vanilla_cannot_have_written_is_refused_never_trusted_nor_rewritten(tmp_path, record):
     """A record naming anything but a plain name in the folder, or not JSON, is refused by every reader (the
     old code dropped the bad names and went on, then rewrote the record as its own)."""
@@ -194,6 +201,78 @@ def test_a_record_hf_vanilla_cannot_have_written_is_refused_never_trusted_nor_re
     with pytest.raises(UntrustedRecordError), OutputFolder(run_dir).locked() as folder:
         folder.begin(overwrite=True)
     assert snapshot(run_dir) == before and outside.read_text() == "keep"
+
+
+def sealed_run(folder: Path) -> OutputFolder:
+    """A run's files written as a run writes them: each declared, then sealed with its size and sha256."""
+    run = OutputFolder(folder)
+    run.write_json("run.json", {"task": "clm", "status": "completed"})
+    run.write_text("README.md", "# a card\n")
+    work = run.fresh("checkpoint-1")
+    (work / "checkpoint-1").mkdir()
+    (work / "checkpoint-1" / "trainer_state.json").write_text('{"global_step": 1}')
+    run.place(work / "checkpoint-1", "checkpoint-1")
+    work.rmdir()
+    return run
+
+
+@pytest.mark.parametrize("edit", ["same size", "longer", "inside a checkpoint"])
+def test_a_recorded_file_changed_since_it_was_written_is_neither_replaced_nor_deleted(tmp_path, edit):
+    """Issue 41.2: the seal written with each file tells an edit (even one that keeps the size): --overwrite and
+    a removal (rotation's) refuse, naming it, and nothing is moved or deleted."""
+    run = sealed_run(tmp_path / "run")
+    assert run.changed() == [] and run.unsealed() == []
+    name = "checkpoint-1" if edit == "inside a checkpoint" else "README.md"
+    path = run.path / ("checkpoint-1/trainer_state.json" if name == "checkpoint-1" else name)
+    text = path.read_text()
+    path.write_text(text.upper() if edit != "longer" else text + "my notes\n")
+    assert len(path.read_text()) == len(text) or edit == "longer"
+    before = snapshot(run.path)
+    said = rf"{name} changed since hf_vanilla wrote it .*will not (replace|delete) it: move it out"
+    with pytest.raises(ChangedFileError, match=said):
+        OutputFolder(run.path).check(overwrite=True)
+    with run.locked(), pytest.raises(ChangedFileError, match=said):
+        run.begin(overwrite=True)
+    with pytest.raises(ChangedFileError, match=said):
+        run.remove(name)
+    assert snapshot(run.path) == before
+
+
+def test_a_journal_whose_record_lists_a_users_file_is_refused_and_the_file_stays(tmp_path):
+    """Issue 41: a hand-edited journal whose embedded record listed the user's notes.txt got it deleted by the next
+    --overwrite. The journal's names and record are held to the record's own rules."""
+    run = sealed_run(tmp_path / "run")
+    (run.path / "notes.txt").write_text("mine")
+    record = {"written_by": "hf_vanilla", "kind": "run", "files": {"notes.txt": None, "run.json": None}}
+    for journal in ({"written_by": "hf_vanilla", "phase": "aside", "names": [], "record": json.dumps(record)},
+                    {"written_by": "hf_vanilla", "phase": "new", "names": ["notes.txt"], "record": None}):
+        (run.path / JOURNAL).write_text(json.dumps(journal))
+        before = snapshot(run.path)
+        with pytest.raises(UntrustedRecordError, match=rf"{JOURNAL} is not a journal hf_vanilla wrote"):
+            OutputFolder(run.path).check(overwrite=True)
+        with pytest.raises(UntrustedRecordError), run.locked():
+            run.recover()
+        assert snapshot(run.path) == before and (run.path / "notes.txt").read_text() == "mine"
+
+
+def test_convert_overwrite_leaves_a_file_its_record_cannot_vouch_for(tmp_path):
+    """A conversion holds whatever side files its source had, so its names alone prove nothing: an entry without a
+    seal (a hand-edited record, an older hf_vanilla's) is not replaced, and the user's file stays."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    src, out = tmp_path / "src", tmp_path / "out"
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50, bos_token_id=0,
+                               eos_token_id=0)).save_pretrained(src)
+    convert_checkpoint(src, out)
+    record = json.loads((out / RECORD).read_text())
+    assert all(record["files"].values())  # every file of a conversion is sealed as it is written
+    (out / "notes.txt").write_text("mine")
+    record["files"]["notes.txt"] = None
+    (out / RECORD).write_text(json.dumps(record))
+    before = snapshot(out)
+    with pytest.raises(ChangedFileError, match=r"notes.txt carries no seal in its record .*will not replace it"):
+        convert_checkpoint(src, out, overwrite=True)
+    assert snapshot(out) == before
 
 
 def test_a_symlinked_record_is_refused_and_the_users_files_stay(corpus, tmp_path):  # noqa: F811
@@ -245,21 +324,22 @@ def test_resume_through_a_symlink_keeps_the_link(corpus, tmp_path, stop_after_cl
 
 
 def test_links_inside_the_folder_are_neither_followed_nor_replaced(tmp_path):
+    """A recorded name that is a link now is the user's: the record is refused by every reader (issue 41.2), so
+    nothing is moved, replaced or deleted, and the link and its target stay."""
     secret = tmp_path / "secret.txt"
     secret.write_text("private")
     run_dir = fake_run(tmp_path / "run")
     (run_dir / "model.safetensors").unlink()
     (run_dir / "model.safetensors").symlink_to(secret)  # a recorded name, now the user's link
-    assert run_dir / "model.safetensors" not in own_files(run_dir)
+    before = snapshot(run_dir)
+    with pytest.raises(UntrustedRecordError, match=r"names \['model.safetensors'\] that is a symbolic link now"):
+        own_files(run_dir)
+    with pytest.raises(UntrustedRecordError):
+        OutputFolder(run_dir).check(overwrite=True)
     folder = OutputFolder(run_dir)
-    with folder.locked():
+    with folder.locked(), pytest.raises(UntrustedRecordError):
         folder.begin(overwrite=True)
-        work = folder.fresh("model")
-        (work / "model.safetensors").write_bytes(b"new")
-        with pytest.raises(FileExistsError, match=r"model.safetensors in .* not hf_vanilla's own \(or a symbolic link"):
-            folder.publish(work)
-        folder.undo()
-    assert (run_dir / "model.safetensors").is_symlink() and secret.read_text() == "private"
+    assert snapshot(run_dir) == before and secret.read_text() == "private"
 
 
 def test_an_atomic_save_into_a_symlinked_folder_keeps_the_link(tmp_path):

@@ -141,10 +141,20 @@ def states(request, tmp_path) -> Callable[[str], tuple[Path, dict, dict]]:
     return make
 
 
+def names_only(state: dict) -> dict:
+    """A snapshot with the record reduced to its names: a kill between writing an entry and sealing it leaves the
+    entry unsealed (trusted by name in a run folder), which is neither more nor less of either write."""
+    if RECORD not in state:
+        return state
+    return {**state, RECORD: sorted(json.loads(state[RECORD])["files"])}
+
+
 def check_recovered(path: Path, old: dict, new: dict, lines: list[str]) -> None:
-    """After recovery: exactly the old state or the new one, and the recovery's words say which."""
-    now = snapshot(path)
+    """After recovery: exactly the old state or the new one (every seal left true), and the recovery's words say
+    which."""
+    now, old, new = names_only(snapshot(path)), names_only(old), names_only(new)
     assert now in (old, new), f"after recovery {path} holds neither the old nor the new write: {sorted(now)}"
+    assert not OutputFolder(path).changed(), f"after recovery {path} holds a seal that is not true"
     said = " ".join(lines)
     if now == new and new != old:
         assert "stays" in said or not lines
@@ -170,7 +180,8 @@ def test_an_overwrite_killed_at_any_file_operation_leaves_the_old_or_the_new_wri
         visible = (path / "checkpoint-2" / "trainer_state.json").is_file()
         check_recovered(path, old, new, recover(path))
         if visible:
-            assert snapshot(path) == new, f"killed at {n}: recovery removed a checkpoint that was in place"
+            assert names_only(snapshot(path)) == names_only(new), \
+                f"killed at {n}: recovery removed a checkpoint that was in place"
         return killed
 
     assert until_it_completes(step) > 10  # begin, two publishes and the commit: every one of their operations
@@ -351,21 +362,59 @@ def test_a_second_writer_is_told_a_run_is_in_progress_with_its_pid_not_to_resume
 # scripts/experiments.py --out
 
 
-def test_experiments_out_refuses_a_users_file_of_the_same_name_before_measuring(tmp_path, monkeypatch):
+@pytest.fixture
+def experiments(monkeypatch):
+    """scripts/experiments.py as a module, whose extrapolation fails the test if it measures (trains) anything."""
     spec = importlib.util.spec_from_file_location("experiments_script", ROOT / "scripts" / "experiments.py")
-    experiments = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "experiments_script", experiments)
-    spec.loader.exec_module(experiments)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "experiments_script", module)
+    spec.loader.exec_module(module)
+    measure, *rest = module.EXPERIMENTS["extrapolation"]
+    monkeypatch.setitem(module.EXPERIMENTS, "extrapolation",
+                        (lambda *a, **k: pytest.fail("trained before refusing"), *rest))
+    return module
+
+
+def test_experiments_out_refuses_a_users_file_of_the_same_name_before_measuring(tmp_path, experiments):
     out = tmp_path / "figures"
-    out.mkdir()
-    (out / "extrapolation.md").write_text("my own notes on extrapolation")
-    measure, *rest = experiments.EXPERIMENTS["extrapolation"]
-    monkeypatch.setitem(experiments.EXPERIMENTS, "extrapolation",
-                        (lambda *a, **k: pytest.fail("measured before refusing"), *rest))
+    OutputFolder(out, "experiments").add(["warmup.md"])  # a folder of experiment outputs...
+    (out / "extrapolation.md").write_text("my own notes on extrapolation")  # ...holding a file of the user's
+    before = snapshot(out)
     with pytest.raises(FileExistsError, match=r"extrapolation.md in .* is not hf_vanilla's own .* move them elsewhere"):
         experiments.run_experiment("extrapolation", out, tmp_path / "runs", tiny=True)
-    assert (out / "extrapolation.md").read_text() == "my own notes on extrapolation"
-    assert sorted(p.name for p in out.iterdir()) == ["extrapolation.md"]  # nothing recorded, nothing written
+    assert snapshot(out) == before  # nothing recorded, nothing written
+
+
+def test_experiments_refuse_a_folder_of_the_users_before_training_in_one_sentence(tmp_path, experiments, capsys):
+    """Issue 41.7: --out holding the user's files (and no record) was refused only after every run had trained,
+    with a traceback. Claimed first, as train claims its folder: one sentence, exit 2, nothing trained."""
+    out = tmp_path / "my-documents"
+    out.mkdir()
+    (out / "thesis.tex").write_text("mine")
+    assert experiments.main(["extrapolation", "--tiny", "--out", str(out), "--runs", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith("experiments.py extrapolation: ") and "thesis.tex" in err and "choose a new or empty" in err
+    assert sorted(p.name for p in out.iterdir()) == ["thesis.tex"] and not (tmp_path / "runs").exists()
+
+
+def test_experiments_refuse_a_run_folder_of_the_users_before_training_the_first_run(tmp_path, experiments, capsys):
+    runs = tmp_path / "runs"
+    (runs / "extrapolation-alibi").mkdir(parents=True)  # not the first scheme: refused before the first trains
+    (runs / "extrapolation-alibi" / "notes.txt").write_text("mine")
+    argv = ["extrapolation", "--tiny", "--out", str(tmp_path / "out"), "--runs", str(runs)]
+    assert experiments.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "extrapolation-alibi" in err and "notes.txt" in err and "--overwrite will not replace" in err, err
+    assert sorted(p.name for p in runs.iterdir()) == ["extrapolation-alibi"] and not (tmp_path / "out").exists()
+
+
+def test_a_second_experiment_into_the_same_out_is_refused_while_the_first_writes(tmp_path, experiments):
+    out = tmp_path / "out"
+    with OutputFolder(out, "experiments").locked():  # the first experiment, still measuring
+        with pytest.raises(FolderBusyError, match=rf"{out}: experiment outputs is in progress there .*pid {os.getpid()}"):
+            experiments.run_experiment("extrapolation", out, tmp_path / "runs", tiny=True)
+    assert not out.exists()
 
 
 # ----------------------------------------------------------------------------------------------

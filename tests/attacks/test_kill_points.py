@@ -13,6 +13,7 @@ checkpoint's placement and removal, and the operation after each); ``-m slow`` k
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import os
@@ -26,7 +27,7 @@ import pytest
 import hf_vanilla  # noqa: F401  (registers the Auto classes)
 from hf_vanilla import training as T
 from hf_vanilla.convert import convert_checkpoint
-from hf_vanilla.files.output_folder import JOURNAL, RECORD, REPLACED, own_files
+from hf_vanilla.files.output_folder import JOURNAL, RECORD, REPLACED, OutputFolder, own_files
 from tests.attacks.test_folders import snapshot
 from tests.attacks.test_journal import FILE_OPERATIONS, Killed
 from tests.test_train import TINY, corpus, text_files  # noqa: F401  (corpus is a fixture)
@@ -278,3 +279,124 @@ def test_convert_killed_at_telling_operations_is_taken_up_by_the_next_command(ki
 @pytest.mark.parametrize("kind", CONVERSIONS)
 def test_convert_killed_at_every_operation_is_taken_up_by_the_next_command(kind, native, tmp_path, no_fsync):
     assert convert_sweep(kind, native, tmp_path, every=True) > 5
+
+
+# ----------------------------------------------------------------------------------------------
+# A full disk or a refused permission at a file operation (issue 41.6)
+
+#: The operations a full disk or a read-only folder refuses (removals still work).
+WRITES = [(os, "replace"), (os, "rename"), (os, "mkdir")]
+
+
+def refused_from(n: int, code: int, action: Callable[[], object]) -> tuple[list[str], BaseException | None]:
+    """Run ``action`` with its n-th write (a rename or a mkdir) refused by the system with ``code``, and every later
+    one too (a full disk stays full while the command runs, its undo included). The names of the entries the first
+    refused write acted on, and the error the action ended with (None if it finished)."""
+    count, first = 0, []
+
+    def refusing(name, operation):
+        def call(*args, **kwargs):
+            nonlocal count
+            count += 1
+            if name == "mkdir" and os.path.lexists(args[0]):
+                return operation(*args, **kwargs)  # the system says it exists before it looks at free space
+            if count >= n:
+                paths = [arg for arg in args[:2] if isinstance(arg, str | bytes | os.PathLike)]
+                first[:] = first or [Path(os.fsdecode(path)).name for path in paths]
+                raise OSError(code, os.strerror(code), os.fsdecode(args[0]))
+            return operation(*args, **kwargs)
+        return call
+
+    with pytest.MonkeyPatch.context() as patch:
+        for module, name in WRITES:
+            patch.setattr(module, name, refusing(name, getattr(module, name)))
+        try:
+            action()
+        except Exception as error:  # noqa: BLE001  (what the command ended with is what is checked)
+            gc.collect()
+            return first, error
+    return first, None
+
+
+def write_points(action: Callable[[], object], patterns: list[str]) -> list[int]:
+    """The 1-based indexes among ``action``'s writes of the first write matching each pattern (that one occurs in
+    this flow), and the first."""
+    writes = [f"{name} {path}" for name, path in operations(action) if name in {name for _, name in WRITES}]
+    found = [next((i for i, op in enumerate(writes, 1) if re.search(p, op)), None) for p in patterns]
+    points = sorted({1, *(i for i in found if i is not None)})
+    assert len(points) >= 3, writes
+    return points
+
+
+def said_in_one_sentence(first: list[str], error: BaseException, code: int) -> str:
+    """The refusal names the file the first refused write acted on, how to set it right, and what comes next."""
+    from hf_vanilla.errors import sentence
+    from hf_vanilla.files.atomic import FileOperationError
+
+    said = sentence(error)
+    assert isinstance(error, FileOperationError), f"{type(error).__name__}: {said}"
+    helper = all(name.startswith(".") for name in first) and re.search(r"(temporary file|staging folder) beside", said)
+    assert said.startswith(os.strerror(code)) and (any(name in said for name in first) or helper), (first, said)
+    assert ("free some space, then " if code == errno.ENOSPC else "make it writable, then ") in said, said
+    return said
+
+
+@pytest.mark.parametrize(("flow", "code"), [
+    pytest.param("new", errno.ENOSPC, id="new-ENOSPC", marks=pytest.mark.slow),  # 30 s: five runs, each run twice
+    pytest.param("overwrite", errno.EACCES, id="overwrite-EACCES"),  # 10 s: the default run's one train case
+    pytest.param("resume", errno.ENOSPC, id="resume-ENOSPC", marks=pytest.mark.slow)])
+def test_train_refused_by_the_system_says_what_failed_first_and_the_next_command_does_it(
+        flow, code, templates, tmp_path, no_fsync):
+    _, base = templates
+    options = dict(base, **FLOWS[flow])
+    probe, _ = prepare(flow, templates, tmp_path / "probe")
+    points = write_points(lambda: T.train("clm", probe, **options), [
+        r"hf_vanilla-journal\.json\..*\.tmp", r"\.tokenizer\.json\..*\.tmp|fresh-\w*Tokenizer",
+        r"fresh-checkpoint-\d+/checkpoint", r"run\.json\..*\.tmp"])
+    for n in points:
+        run_dir, outside = prepare(flow, templates, tmp_path / f"{flow}-{n}")
+        users = users_state(run_dir, outside) if run_dir.exists() else None
+        old_run = (run_dir / "run.json").read_text() if flow == "overwrite" else None
+        first, error = refused_from(n, code, lambda: T.train("clm", run_dir, **options))  # noqa: B023
+        said = said_in_one_sentence(first, error, code)
+        if (resumed := re.search(r"it continues from (checkpoint-\d+)", said)) is not None:
+            T.train("clm", run_dir, **dict(options, resume=True))
+            assert Path(json.loads((run_dir / "run.json").read_text())["resumed_from"]).name == resumed.group(1)
+        else:
+            assert "run the same command again" in said, said
+            if "is as this command found it" in said and old_run is not None:
+                assert (run_dir / "run.json").read_text() == old_run, f"{n}: {said}"
+            T.train("clm", run_dir, **options)
+        assert json.loads((run_dir / "run.json").read_text())["status"] == "completed", f"{n}: {said}"
+        if users is not None:
+            assert users_state(run_dir, outside) == users, f"{n}: {said}"
+        no_bookkeeping_left(run_dir)
+        shutil.rmtree(run_dir.parent)
+
+
+@pytest.mark.parametrize(("kind", "code"), [("overwrite", errno.ENOSPC), ("new", errno.EACCES)],
+                         ids=["overwrite-ENOSPC", "new-EACCES"])
+@pytest.mark.parametrize("every", [pytest.param(False, id="sampled"), pytest.param(True, id="every",
+                                                                                   marks=pytest.mark.slow)])
+def test_convert_refused_by_the_system_at_any_write_says_so_and_the_next_command_does_it(
+        kind, code, every, native, tmp_path, no_fsync):
+    """Every write of a conversion (``-m slow``; the default run every fourth: about 8 s) refused by a full disk or
+    a permission: one sentence naming what failed first, and the command it names puts everything right."""
+    overwrite = kind == "overwrite"
+    probe, _ = prepare_conversion(kind, native, tmp_path / "probe")
+    writes = [op for op in operations(lambda: convert_checkpoint(native, probe, overwrite=overwrite))
+              if op[0] in {name for _, name in WRITES}]
+    for n in range(1, len(writes) + 1, 1 if every else 4):
+        out, outside = prepare_conversion(kind, native, tmp_path / f"{kind}-{n}")
+        before = snapshot(out) if overwrite else None
+        first, error = refused_from(n, code, lambda: convert_checkpoint(native, out, overwrite=overwrite))  # noqa: B023
+        said = said_in_one_sentence(first, error, code)
+        assert "run the same command again" in said, said
+        if "is as this command found it" in said:
+            assert snapshot(out) == before, f"{n}: {said}"
+        if "was not created" in said:
+            assert not out.exists(), f"{n}: {said}"
+        convert_checkpoint(native, out, overwrite=overwrite)
+        assert (out / "model.safetensors").is_file() and OutputFolder(out).changed() == [], f"{n}: {said}"
+        no_bookkeeping_left(out)
+        shutil.rmtree(out.parent)

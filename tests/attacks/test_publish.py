@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 
 from hf_vanilla import cli
 from hf_vanilla.checkpoint import code_files
-from hf_vanilla.files.output_folder import OutputFolder
+from hf_vanilla.files.output_folder import ChangedFileError, OutputFolder
 from hf_vanilla.publishing.card import build_model_card
 from hf_vanilla.publishing.hub import model_card_text, plan_upload, push_run
 from hf_vanilla.tasks import get_task
@@ -252,8 +252,9 @@ def test_a_push_publishes_no_local_path_and_no_text_of_private_data_unless_asked
     record["command"] = ["/home/alice/.venv/bin/hf-vanilla", "train", "--data-files", "train=/home/alice/diary.txt"]
     record["resumed_from"] = "/home/alice/runs/tiny/checkpoint-1"
     record["options"]["init_from"] = "/home/alice/models/base"
-    (run / "run.json").write_text(json.dumps(record))
-    (run / "README.md").write_text(build_model_card(run).content)  # the run's own card: names the local folder
+    folder = OutputFolder(run)  # written as the run writes them (declared and sealed): a run that recorded these
+    folder.write_json("run.json", record)
+    folder.write_text("README.md", build_model_card(run).content)  # the run's own card: names the local folder
     local = str(trained_run.parent)  # where the run's data files are
     assert local in (run / "run.json").read_text()
     prompt = json.loads((run / "metrics.json").read_text())["samples"][0]["prompt"]  # the test file's first words
@@ -301,8 +302,59 @@ def test_a_card_edited_by_hand_that_names_local_paths_or_quotes_private_data_is_
     (run / "README.md").write_text((run / "README.md").read_text() + "\nMy notes.\n")  # local snippet, samples
     prompt = json.loads((run / "metrics.json").read_text())["samples"][0]["prompt"]
     api = FakeHfApi()
-    with pytest.raises(ValueError, match=rf"edited by hand.*local paths \({trained_run.resolve()}\).*{prompt}.*--rebuild-card"):
+    with pytest.raises(ChangedFileError, match=r"README.md changed since the run wrote it.*--allow-changed"):
         push_run(run, "tester/edited", api=api)
+    with pytest.raises(ValueError, match=rf"edited by hand.*local paths \({trained_run.resolve()}\).*{prompt}.*--rebuild-card"):
+        push_run(run, "tester/edited", api=api, allow_changed=True)
     assert not api.repos
     push_run(run, "tester/edited", rebuild_card=True, api=api)
     assert str(trained_run.parent) not in api.files("tester/edited")["README.md"].decode()
+
+
+def edit_after_the_run(path: Path, how: str) -> None:
+    """A change to a file the run wrote: hand edits, or bytes swapped in place (the same size)."""
+    if how == "card":  # the public card (the run's own names its local folder, which a kept card may not)
+        path.write_text(str(build_model_card(path.parent, model_id="tester/edited", public=True)) + "\nMy notes.\n")
+    elif how == "field":
+        path.write_text(json.dumps({**json.loads(path.read_text()), "edited": True}))
+    else:  # the last byte of the tensors flipped: the header still opens, only the sha256 tells
+        data = bytearray(path.read_bytes())
+        data[-1] ^= 0xFF
+        path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(("name", "how"), [("README.md", "card"), ("config.json", "field"),
+                                           ("model.safetensors", "swap")])
+def test_a_file_changed_after_the_run_is_pushed_only_when_asked_and_the_card_names_it(
+    trained_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    name: str, how: str,
+) -> None:
+    """Issue 41.2: a recorded file edited after the run wrote it was published silently. The push compares each
+    with the size and sha256 its record holds: refused, naming it, before the first request; with --allow-changed
+    it goes up as edited and the card says which files were edited after training."""
+    run = copy_run(trained_run, tmp_path / "run")
+    edit_after_the_run(run / name, how)
+    with LocalHub() as hub:
+        monkeypatch.setattr("hf_vanilla.publishing.hub.HfApi", lambda token=None: HfApi(endpoint=hub.url, token=TOKEN))
+        capsys.readouterr()
+        assert cli.main(["push", str(run), "tester/edited"]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        assert f"{name} changed since the run wrote it" in err and "--allow-changed" in err, err
+        assert not hub.repos  # refused before the first request
+
+        assert cli.main(["push", str(run), "tester/edited", "--allow-changed"]) == 0, capsys.readouterr().err
+        files = hub.files_at("tester/edited")
+        card = files["README.md"].decode()
+        assert "## Files edited after training" in card and f"`{name}`" in card.split("## Files edited")[1]
+        if name == "config.json":
+            assert json.loads(files["config.json"])["edited"] is True  # published as edited, as asked
+        if name == "model.safetensors":
+            assert files[name] == (run / name).read_bytes()
+    assert OutputFolder(run).changed() == [name]  # nothing rewritten locally: the record still tells
+
+
+def test_an_unchanged_run_is_pushed_without_a_note(trained_run: Path, tmp_path: Path) -> None:
+    api = FakeHfApi()
+    push_run(copy_run(trained_run, tmp_path / "run"), "tester/clean", api=api)
+    assert "Files edited after training" not in api.files("tester/clean")["README.md"].decode()
