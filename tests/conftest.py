@@ -4,7 +4,8 @@ import os
 
 # One intra-op thread for this process and the commands the tests start (an explicit OMP_NUM_THREADS wins): the
 # tests' models are tiny, so a second thread adds no speed, only a pool that spins between operations, which
-# measured 2-3x the CPU time of a training run on a loaded 2-core machine (docs/performance.md, "The test suite's time").
+# measured 2-3x the CPU time of a training run on a loaded 2-core machine (docs/performance.md, "The test suite's
+# time").
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402  (after OMP_NUM_THREADS, which torch reads when imported)
