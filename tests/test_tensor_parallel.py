@@ -1,6 +1,7 @@
 """Tensor parallelism: ``from_pretrained(folder, tp_plan="auto")`` on two CPU processes gives one process's results.
 
-Each case is a tiny saved model; one ``torchrun --nproc-per-node 2`` launch (gloo) loads every case on both ranks
+Each case is a tiny saved model (cases that build the same model, such as rows at their default value, share
+one); one ``torchrun --nproc-per-node 2`` launch (gloo) loads every case on both ranks
 through the files that travel with a checkpoint (tests/tp_worker.py), and this process compares each rank's
 logits and greedy tokens with the same folder loaded here, in one process. It covers the three families (transformers
 5.24 applies a plan to any of them), tied and untied heads, gated and plain FFNs, grouped-query and multi-query
@@ -283,11 +284,25 @@ def documented_run(folder: Path) -> tuple[str, str]:
     return run, tokenizer.decode(tokens[0])
 
 
+def model_of(spec: tuple) -> str:
+    """What a case builds: its head and whole config (rows at their default value build the same model)."""
+    family, scheme, overrides, head = spec[:4]
+    return (head or HEAD_CLASS[family]) + tiny_config(family, scheme, **overrides).to_json_string(use_diff=False)
+
+
+def first_case_building_each_model() -> dict[str, str]:
+    """case -> the first case that builds the same model: each model is saved and run once, read by all its cases."""
+    first: dict[str, str] = {}
+    return {name: first.setdefault(model_of(spec), name) for name, spec in CASES.items()}
+
+
 @pytest.fixture(scope="module")
 def launch(tmp_path_factory) -> dict:
-    """Save every case, compute one process's results, run both ranks once; -> references and each rank's results."""
+    """Save every model the cases build, compute one process's results, run both ranks once; -> references and each
+    rank's results, per case."""
     work = tmp_path_factory.mktemp("tensor_parallel")
-    cases = {name: save_case(work / name, *spec[:4]) for name, spec in CASES.items()}
+    built_by = first_case_building_each_model()
+    cases = {name: save_case(work / name, *CASES[name][:4]) for name in dict.fromkeys(built_by.values())}
     references = {name: one_process(work / name, spec) for name, spec in cases.items()}
     _, references["documented example"] = documented_run(work / "docs")
     (work / "cases.json").write_text(json.dumps({"cases": cases, "documented_example": documented_example()}))
@@ -297,7 +312,11 @@ def launch(tmp_path_factory) -> dict:
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     ranks = [torch.load(work / f"rank{rank}.pt", weights_only=False) for rank in range(2)]
-    return {"references": references, "ranks": ranks}
+
+    def per_case(seen: dict) -> dict:
+        return {name: seen[built] for name, built in built_by.items()} | {"documented example": seen["documented example"]}
+
+    return {"references": per_case(references), "ranks": [per_case(seen) for seen in ranks]}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

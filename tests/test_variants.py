@@ -508,19 +508,40 @@ def exported_logits(exporter: str, module: nn.Module, inputs: tuple[torch.Tensor
     return torch.from_numpy(session.run(None, feed)[0])
 
 
-def check_row_exports_or_fails_as_declared(row: variants.Variant, exporter: str, folder) -> None:
-    config = config_for_row(row, num_hidden_layers=1)
+Exported = tuple[Exception | None, torch.Tensor | None, torch.Tensor, tuple[torch.Tensor, ...]]
+
+#: What each exporter did with each model the table's rows build, by config (the rows at their default value build
+#: one model, exported once): the failure or None, the exported logits, the model's own, the inputs.
+EXPORTED_BY_CONFIG: dict[tuple[str, str], Exported] = {}
+
+
+def export_outcome(exporter: str, config: hv.VanillaConfig, folder) -> Exported:
     module, inputs = Logits(head_model(config)).eval(), export_inputs(config)
-    refusal = row.export_refusal(exporter)
-    if refusal:
-        with torch.no_grad(), pytest.raises(Exception) as failed:
-            exported_logits(exporter, module, inputs, folder)
-        first_sentence = str(failed.value).split(".")[0]
-        assert first_sentence in refusal, f"{exporter} now fails with {first_sentence!r}: update the row's reason"
-        return
     with torch.no_grad():
         expected = module(*inputs)
-        got = exported_logits(exporter, module, inputs, folder)
+        try:
+            return None, exported_logits(exporter, module, inputs, folder), expected, inputs
+        except Exception as failed:  # noqa: BLE001  (judged against the row's declared failure)
+            return failed, None, expected, inputs
+
+
+def check_row_exports_or_fails_as_declared(row: variants.Variant, exporter: str, folder,
+                                           outcomes: dict[tuple[str, str], Exported] | None = None) -> None:
+    """``outcomes``: earlier exports of the same models to reuse (a row added by a test is exported afresh)."""
+    config = config_for_row(row, num_hidden_layers=1)
+    key = (exporter, config.to_json_string(use_diff=False))
+    outcomes = {} if outcomes is None else outcomes
+    if key not in outcomes:
+        outcomes[key] = export_outcome(exporter, config, folder)
+    failed, got, expected, inputs = outcomes[key]
+    refusal = row.export_refusal(exporter)
+    if refusal:
+        assert failed is not None, f"{exporter} now exports {row_id(row)}: update the row's reason"
+        first_sentence = str(failed).split(".")[0]
+        assert first_sentence in refusal, f"{exporter} now fails with {first_sentence!r}: update the row's reason"
+        return
+    if failed is not None:
+        raise failed
     assert_same_logits_where_real(got, expected, inputs)
 
 
@@ -532,7 +553,7 @@ def assert_same_logits_where_real(got: torch.Tensor, expected: torch.Tensor, inp
 
 @pytest.mark.parametrize("row", variants.VARIANTS, ids=row_id)
 def test_torch_export_carries_each_row_or_fails_as_it_says(row, tmp_path):
-    check_row_exports_or_fails_as_declared(row, variants.TORCH_EXPORT, tmp_path)
+    check_row_exports_or_fails_as_declared(row, variants.TORCH_EXPORT, tmp_path, EXPORTED_BY_CONFIG)
 
 
 #: Checked by ONNX in the default run: the refused rows, and those whose attention bias has parameters (torch 2.13's
@@ -593,29 +614,50 @@ def native_form_config(target: str) -> hv.VanillaConfig:
     return from_hf(build(NATIVE_CASE[target])[0]).config
 
 
-def check_target_converts_or_refuses(row: variants.Variant, target: str) -> None:
+Converted = tuple[ValueError | None, torch.Tensor | None, torch.Tensor, tuple[torch.Tensor, ...]]
+
+#: What to_hf did with each model the table's rows build, by target and config (rows at the native model's value
+#: build that model, converted once): the refusal or None, the converted model's logits, the model's own, the inputs.
+CONVERTED_BY_CONFIG: dict[tuple[str, str], Converted] = {}
+
+
+def conversion_outcome(target: str, config: hv.VanillaConfig) -> Converted:
     from hf_vanilla.convert import to_hf
 
-    config = with_row(native_form_config(target), row)
-    model = head_model(config)
-    carried = target in row.to_hf
+    model, inputs = head_model(config), export_inputs(config)
+    with torch.no_grad():
+        expected = Logits(model)(*inputs)
     try:
         converted = to_hf(model, model_type=target)
     except ValueError as refused:
+        return refused, None, expected, inputs
+    with torch.no_grad():
+        return None, Logits(converted).eval()(*inputs), expected, inputs
+
+
+def check_target_converts_or_refuses(row: variants.Variant, target: str,
+                                     outcomes: dict[tuple[str, str], Converted] | None = None) -> None:
+    """``outcomes``: earlier conversions of the same models to reuse (a row added by a test is converted afresh)."""
+    config = with_row(native_form_config(target), row)
+    key = (target, config.to_json_string(use_diff=False))
+    outcomes = {} if outcomes is None else outcomes
+    if key not in outcomes:
+        outcomes[key] = conversion_outcome(target, config)
+    refused, got, expected, inputs = outcomes[key]
+    carried = target in row.to_hf
+    if refused is not None:
         value = getattr(config, row.option)
         assert f"{row.option}={value!r}" in str(refused), str(refused)
         assert not carried or row.to_hf_condition(target), f"{target} refused a row that says it converts exactly"
         return
     assert carried, f"to_hf gave a {target} for {row.option}={getattr(config, row.option)!r}, which the row refuses"
-    inputs = export_inputs(config)
-    with torch.no_grad():
-        assert_same_logits_where_real(Logits(converted).eval()(*inputs), Logits(model)(*inputs), inputs)
+    assert_same_logits_where_real(got, expected, inputs)
 
 
 @pytest.mark.parametrize("target", variants.TO_HF_TARGETS)
 @pytest.mark.parametrize("row", variants.VARIANTS, ids=row_id)
 def test_to_hf_converts_each_row_its_target_carries_and_refuses_the_others(row, target):
-    check_target_converts_or_refuses(row, target)
+    check_target_converts_or_refuses(row, target, CONVERTED_BY_CONFIG)
 
 
 @pytest.mark.parametrize("target", ["gpt2", "llama"])
