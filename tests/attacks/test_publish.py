@@ -334,6 +334,7 @@ def test_a_file_changed_after_the_run_is_pushed_only_when_asked_and_the_card_nam
     it goes up as edited and the card says which files were edited after training."""
     run = copy_run(trained_run, tmp_path / "run")
     edit_after_the_run(run / name, how)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # the conftest's guard; 127.0.0.1 only
     with LocalHub() as hub:
         monkeypatch.setattr("hf_vanilla.publishing.hub.HfApi", lambda token=None: HfApi(endpoint=hub.url, token=TOKEN))
         capsys.readouterr()
