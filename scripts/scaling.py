@@ -76,7 +76,7 @@ class SweepPlan:
         return self.block_size * self.batch_size
 
 
-# The first sweep (commit f7c0275, docs/figures/scaling.json): C = 6 N D, one seed, one learning rate for every
+# The first sweep (commit f7c0275, docs/figures/scaling-first-sweep.json): C = 6 N D, one seed, one learning rate for every
 # size, the grid centred on 20 tokens a parameter. Kept so that its runs can be re-trained with more seeds.
 FIRST = SweepPlan(budgets=tuple(10**10.5 * 10 ** (1.5 * i / 4) for i in range(5)),
                   widths=(8, 12, 16, 20, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128), seeds=(0,), learning_rates=(2e-3,),
