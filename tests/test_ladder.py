@@ -3,6 +3,7 @@ timing asserts); the real rungs are a script's job (docs/performance.md, "At the
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -83,3 +84,23 @@ def test_the_estimate_without_a_size_is_refused_in_one_sentence(capsys):
     assert main(["--estimate"]) == 2
     assert capsys.readouterr().err.strip() == ("hf-vanilla bench: --estimate prices the size ladder: add --size 124m, "
                                                "350m or 1b.")
+
+
+def test_the_work_folder_is_made_and_the_json_kept_rung_by_rung(tmp_path, monkeypatch):
+    # --work named a folder that did not exist yet: the first rung failed in mkdtemp with a traceback
+    work, json_path = tmp_path / "runs" / "ladder", tmp_path / "ladder.json"
+    measured = ladder.Row("load bf16 time", ours=1.0, twin=2.0, control=2.2, unit="s")
+
+    def one_rung(name, folder, **kwargs):
+        assert folder.parent == work and folder.is_dir()
+        if name == "350m":  # a later rung's failure keeps the rows of the rungs before it
+            raise RuntimeError("out of memory")
+        return [measured]
+
+    monkeypatch.setattr(ladder, "ladder", one_rung)
+    monkeypatch.setattr(ladder, "refuse_if_too_large", lambda name, size: None)
+    with pytest.raises(RuntimeError):
+        ladder.run_ladder(ladder.Options(sizes=["124m", "350m"], work=str(work), json=str(json_path)),
+                          log=lambda message: None)
+    kept = json.loads(json_path.read_text())
+    assert list(kept) == ["124m"] and kept["124m"][0]["ratio"] == pytest.approx(2.0)

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hf_vanilla.files.atomic import atomic_write_json
+
 CHILD = Path(__file__).with_name("ladder_child.py")
 GIB = 1024**3
 
@@ -336,6 +338,8 @@ class Options:
 
 
 def run_ladder(options: Options, log: Callable[[str], None] = print) -> dict[str, list[Row]]:
+    if options.work:  # the user names a folder to put checkpoints in, as --output-dir elsewhere: made if missing
+        Path(options.work).mkdir(parents=True, exist_ok=True)
     if options.estimate:
         log(format_plan(options.sizes, calibrate(scratch=options.work)))
     for name in options.sizes:  # every size is checked before the first is built
@@ -347,10 +351,9 @@ def run_ladder(options: Options, log: Callable[[str], None] = print) -> dict[str
         with tempfile.TemporaryDirectory(dir=options.work, prefix=f"ladder-{name}-") as work:
             results[name] = ladder(name, Path(work), log=log, threads=options.threads)
         log(format_table(name, results[name]))
-    if options.json:
-        payload = {name: [dict(vars(row), ratio=row.ratio, spread=row.spread) for row in rows]
-                   for name, rows in results.items()}
-        Path(options.json).write_text(json.dumps(payload, indent=2) + "\n")
+        if options.json:  # after every rung, so a later rung's failure keeps the rows measured before it
+            atomic_write_json(options.json, {done: [dict(vars(row), ratio=row.ratio, spread=row.spread) for row in rows]
+                                             for done, rows in results.items()})
     return results
 
 
