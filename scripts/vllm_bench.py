@@ -40,6 +40,7 @@ from vllm_check import (
     CheckResult,
     Shape,
     Worker,
+    absolute_path,
     check_engine,
     check_json,
     check_servable,
@@ -321,7 +322,8 @@ def _loads(report: dict[str, Any]) -> str:
 
 def _models(value: str) -> dict[str, str]:
     """``vanilla=DIR,llama=DIR``: saved models to use instead of building the pair."""
-    pairs = dict(item.split("=", 1) for item in value.split(",") if "=" in item)
+    pairs = {name: absolute_path(folder)
+             for name, folder in (item.split("=", 1) for item in value.split(",") if "=" in item)}
     if set(pairs) != {"vanilla", "llama"}:
         raise argparse.ArgumentTypeError(f"--models wants vanilla=DIR,llama=DIR, got {value!r}.")
     return pairs

@@ -1062,13 +1062,18 @@ def log(message: str) -> None:
 # Command line
 
 
+def absolute_path(text: str) -> str:
+    """A folder option as an absolute path: vLLM's worker runs elsewhere and takes a relative one for a Hub repo id."""
+    return str(Path(text).expanduser().resolve())
+
+
 def common_options() -> argparse.ArgumentParser:
     """The options every command shares, here and in ``vllm_bench.py``."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--venv", default=str(DEFAULT_VENV), help=f"the vLLM venv (default {DEFAULT_VENV}; built if absent)")
+    common.add_argument("--venv", type=absolute_path, default=str(DEFAULT_VENV), help=f"the vLLM venv (default {DEFAULT_VENV}; built if absent)")
     common.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                         help="torch threads here and vLLM's bound OpenMP threads (default: every core)")
-    common.add_argument("--out", help="folder for results, logs and built models (default: a new temp folder)")
+    common.add_argument("--out", type=absolute_path, help="folder for results, logs and built models (default: a new temp folder)")
     common.add_argument("--kv-cache-mib", type=int, default=256, help="vLLM's KV cache per engine (default 256 MiB)")
     common.add_argument("--new-tokens", type=int, default=24, help="new tokens per request in the check (default 24)")
     common.add_argument("--atol", type=float, default=DEFAULT_ATOL, help=f"logprob tolerance (default {DEFAULT_ATOL})")
@@ -1084,7 +1089,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
     check = commands.add_parser("check", parents=[common], help="check a saved decoder (generation) or encoder "
                                 "(embedding model) in vLLM against transformers")
-    check.add_argument("folder", help="a folder a run saved its model in (config.json, weights, model files)")
+    check.add_argument("folder", type=absolute_path, help="a folder a run saved its model in (config.json, weights, model files)")
     check.set_defaults(func=run_check)
 
     rows = commands.add_parser("rows", parents=[common], help="every row of the table of variants in a model of "
@@ -1095,7 +1100,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
     serve = commands.add_parser("serve", parents=[common], help="the same check through `vllm serve` (its "
                                 "OpenAI-compatible server on 127.0.0.1)")
-    serve.add_argument("folder", help="a folder a run saved its decoder in")
+    serve.add_argument("folder", type=absolute_path, help="a folder a run saved its decoder in")
     serve.add_argument("--ready-timeout", type=float, default=1800,
                        help="seconds to wait for the server to answer /health (default 1800: compiling is slow on CPU)")
     serve.set_defaults(func=run_serve)

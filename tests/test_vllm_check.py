@@ -426,3 +426,14 @@ def test_a_lifted_copy_builds_where_the_folder_refuses(row_models, tmp_path):
             assert "has no `position_bias` parameter" in seen[copy]
         else:
             assert seen[copy] == "built", (name, seen[copy])
+
+
+def test_folders_given_relative_reach_the_worker_absolute(tmp_path, monkeypatch):
+    # `rows --out runs/x` failed every row: the worker, started elsewhere, took the relative folder for a Hub repo id
+    monkeypatch.chdir(tmp_path)
+    args = vllm_check.parse_args(["rows", "--out", "runs/x", "--venv", "venv"])
+    assert (args.out, args.venv) == (str(tmp_path / "runs" / "x"), str(tmp_path / "venv"))
+    assert vllm_check.parse_args(["check", "model"]).folder == str(tmp_path / "model")
+    assert vllm_check.parse_args(["serve", "model"]).folder == str(tmp_path / "model")
+    assert vllm_bench.parse_args(["bench", "--models", "vanilla=a,llama=b"]).models == {
+        "vanilla": str(tmp_path / "a"), "llama": str(tmp_path / "b")}
