@@ -4,8 +4,11 @@
 # cached, and run beside scripts/transformers_common/test_vanilla_common.py in a temporary folder, against this
 # checkout's hf_vanilla. Exits non-zero on any failure. Extra arguments go to pytest (e.g. -k RopeTest, -x).
 #
-#   HF_VANILLA_PYTHON  the Python to run (default: the environment scripts/setup.sh makes)
-#   HF_VANILLA_CACHE   where the sdist and the tests' own dependency are kept (default: ~/.cache/hf_vanilla)
+#   HF_VANILLA_PYTHON            the Python to run (default: the environment scripts/setup.sh makes)
+#   HF_VANILLA_CACHE             where the sdist and the tests' own dependency are kept (default: ~/.cache/hf_vanilla)
+#   HF_VANILLA_TRANSFORMERS_SRC  a transformers source tree at the installed release (its tag, v<version>): its
+#                                tests/ folders replace the stand-ins, so transformers' generate() and torch.export
+#                                tests run too (default: none, the stand-ins)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 if [ -z "${HF_VANILLA_PYTHON:-}" ]; then
@@ -15,6 +18,17 @@ fi
 python=$HF_VANILLA_PYTHON
 version=$("$python" -c 'import transformers; print(transformers.__version__)')
 cache=${HF_VANILLA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hf_vanilla}/transformers-common/$version
+stand_ins="$root/scripts/transformers_common/stand_ins"
+src=${HF_VANILLA_TRANSFORMERS_SRC:-}
+if [ -n "$src" ]; then  # the real test modules must be the installed release's: a tag's tests call its API
+  src_version=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$src/src/transformers/__init__.py" 2>/dev/null || true)
+  if [ "$src_version" != "$version" ]; then
+    echo "transformers_common: HF_VANILLA_TRANSFORMERS_SRC=$src is transformers" \
+      "${src_version:-(no src/transformers/__init__.py there)}, but $version is installed; check out tag v$version" \
+      "there." >&2
+    exit 2
+  fi
+fi
 # test_modeling_common.py imports parameterized, which neither transformers nor hf_vanilla needs.
 test_requirements=("parameterized==0.9.0")
 
@@ -35,14 +49,22 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # The sdist ships tests/*.py only; the modules those import from tests/generation, tests/exporters and tests/utils
-# are replaced by the stand-ins (each says what then does not run).
+# are the stand-ins (each says what then does not run), or those folders of the source tree given.
 tar -xzf "$sdist" -C "$work" --strip-components=1 \
   "transformers-$version/tests/test_modeling_common.py" "transformers-$version/tests/test_configuration_common.py"
-cp -r "$root/scripts/transformers_common/stand_ins/." "$work/tests/"
+cp -r "$stand_ins/." "$work/tests/"
+if [ -n "$src" ]; then
+  for folder in "$stand_ins"/*/; do
+    name=$(basename "$folder")
+    rm -rf "$work/tests/$name"
+    cp -r "$src/tests/$name" "$work/tests/"
+  done
+fi
 cp "$root/scripts/transformers_common/test_vanilla_common.py" "$work/tests/"
 find "$work/tests" -type d -exec touch {}/__init__.py \;
 
 cd "$work"
-echo "transformers_common: transformers $version's common tests against hf_vanilla from $root"
+echo "transformers_common: transformers $version's common tests against hf_vanilla from $root" \
+  "(test modules beside them: ${src:-the stand-ins})"
 PYTHONPATH="$root:$cache/deps${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 \
   "$python" -m pytest -p no:cacheprovider -q -rfE tests/test_vanilla_common.py "$@"

@@ -14,6 +14,7 @@ from transformers.models.auto import modeling_auto
 import hf_vanilla as hv
 from hf_vanilla import variants
 
+from .generation.test_utils import GenerationTesterMixin
 from .test_configuration_common import ConfigTester
 from .test_modeling_common import ModelTesterMixin, ids_tensor, random_attention_mask
 
@@ -67,9 +68,6 @@ class VanillaModelTester:
 class VanillaCommonTests(ModelTesterMixin):
     family: str
     scheme: str
-    # transformers' GenerationTesterMixin (tests/generation/) is not in the sdist: this tester inherits no generate()
-    # tests, so it lists no generative classes (tests/test_generation.py tests hf_vanilla's generate()).
-    all_generative_model_classes = ()
 
     def setUp(self):
         self.model_tester = VanillaModelTester(self, self.family, self.scheme)
@@ -97,12 +95,15 @@ def rope_tests_skipped(scheme: str) -> dict:
 
 
 def family_test_case(family: str, scheme: str) -> type:
+    """As Llama's and BART's testers: a family with a class that can generate also runs GenerationTesterMixin's tests
+    (on every such class, ``all_generative_model_classes``, which the mixins derive from ``can_generate()``)."""
     name = "".join(word.capitalize() for word in (*family.split("-"), scheme)) + "Test"
-    is_encoder_decoder = family == "encoder-decoder"
-    attributes = {"family": family, "scheme": scheme, "all_model_classes": classes_of(family),
-                  "is_encoder_decoder": is_encoder_decoder, "__module__": __name__,
+    classes = classes_of(family)
+    generates = (GenerationTesterMixin,) if any(c.can_generate() for c in classes) else ()
+    attributes = {"family": family, "scheme": scheme, "all_model_classes": classes,
+                  "is_encoder_decoder": family == "encoder-decoder", "__module__": __name__,
                   **({} if scheme == "rope" else rope_tests_skipped(scheme))}
-    return type(name, (VanillaCommonTests, unittest.TestCase), attributes)
+    return type(name, (VanillaCommonTests, *generates, unittest.TestCase), attributes)
 
 
 CASES = [family_test_case(family, scheme) for family in variants.values("architecture") for scheme in SCHEMES]
