@@ -34,6 +34,7 @@ import argparse
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -841,6 +842,14 @@ def refused_before_serving(worker: Worker, name: str, folder: Path, case: Case, 
     return False, "vLLM loaded it: the model did not refuse"
 
 
+VLLM_LOG_PREFIX = re.compile(r"^\s*(\([^)]*\)\s*)?(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d [\d:]+ \[[^\]]*\]\s*")
+
+
+def log_message(line: str) -> str:
+    """A vLLM log line without its process, level, time and source prefix: what a table may quote."""
+    return VLLM_LOG_PREFIX.sub("", line).strip()
+
+
 def without_refusal(worker: Worker, name: str, folder: Path, case: Case, args: argparse.Namespace) -> tuple[bool, str]:
     """The refusal lifted in a copy: its reason holds if vLLM then fails or serves other numbers."""
     copy = lifted_copy(folder)
@@ -853,7 +862,7 @@ def without_refusal(worker: Worker, name: str, folder: Path, case: Case, args: a
             return True, "lifted: still refused for the bias: vLLM's attention function has no position_bias"
         if "serving engine's attention" in cause:  # our own refusal: the copy did not lift it
             return False, f"lifted: still refused by the model, so the reason is untested ({cause.strip()[:160]})"
-        return True, f"lifted: vLLM fails ({cause.strip()[:200]})"
+        return True, f"lifted: vLLM fails ({log_message(cause)[:200]})"
     try:
         if case.row is None or case.row.option == "architecture":
             return False, "lifted: vLLM loaded it; nothing here to compare it with: check the reason by hand"

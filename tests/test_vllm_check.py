@@ -437,3 +437,10 @@ def test_folders_given_relative_reach_the_worker_absolute(tmp_path, monkeypatch)
     assert vllm_check.parse_args(["serve", "model"]).folder == str(tmp_path / "model")
     assert vllm_bench.parse_args(["bench", "--models", "vanilla=a,llama=b"]).models == {
         "vanilla": str(tmp_path / "a"), "llama": str(tmp_path / "b")}
+
+
+def test_a_vllm_log_line_is_quoted_without_its_prefix():
+    line = ("(Worker pid=28191) ERROR 12-04 23:49:47 [multiproc_executor.py:953] ValueError: Layer 0 dispatches "
+            "attention from more than one module")
+    assert vllm_check.log_message(line) == "ValueError: Layer 0 dispatches attention from more than one module"
+    assert vllm_check.log_message("ValueError: no prefix") == "ValueError: no prefix"
