@@ -7,7 +7,8 @@ Builds the ladder's pair at one size (the twin's checkpoint, and ours converted 
 ours loaded and saved again with ``save_pretrained`` (``resaved``). Each round runs one fresh process per folder, in turn; a process loads
 its folder in bfloat16 and times two ``save_pretrained`` calls into a temporary folder, with the user and system
 CPU time and the minor page faults of each. Prints each folder's medians and their ratio to the twin's (twin /
-folder: above 1.0 the folder saves faster).
+folder: above 1.0 the folder saves faster). ``--reread`` (root on Linux) drops the page cache before each process
+and reads every folder back, so that all their pages come from the same reads rather than from their writers.
 
     python scripts/save_gap.py --size 350m --rounds 6 --work /tmp/save_gap
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import statistics
@@ -66,6 +68,19 @@ def build(size: str, work: Path) -> None:
                    check=True, capture_output=True)
 
 
+def reread(folders: list[Path]) -> None:
+    """Write back and drop the page cache, then read the folders' weights again: every page from a plain read."""
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError as error:
+        raise SystemExit(f"--reread needs to write /proc/sys/vm/drop_caches (root, Linux): {error}") from error
+    for path in sorted(p for folder in folders for p in folder.glob("*.safetensors")):
+        with path.open("rb") as weights:
+            while weights.read(1 << 24):
+                pass
+
+
 def summarise(runs: dict[str, list[dict]]) -> str:
     """Each folder's median seconds (first and second save) and its ratio to the twin's, one line each."""
     medians = {name: {save: statistics.median(r[save]["seconds"] for r in results) for save in ("first", "second")}
@@ -83,6 +98,8 @@ def main() -> None:
     parser.add_argument("--size", default="350m", choices=SIZES)
     parser.add_argument("--rounds", type=int, default=6, help="processes per folder (default 6)")
     parser.add_argument("--work", type=Path, default=None, help="where the four folders go (default: a temporary one)")
+    parser.add_argument("--reread", action="store_true",
+                        help="before each process, drop the page cache and read the folders back (root, Linux)")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)  # one process's saves of this folder
     options = parser.parse_args()
     if options.child:
@@ -94,6 +111,8 @@ def main() -> None:
     runs: dict[str, list[dict]] = {name: [] for name in FOLDERS}
     for _ in range(options.rounds):
         for name in FOLDERS:
+            if options.reread:
+                reread([work / folder for folder in FOLDERS])
             done = subprocess.run([sys.executable, __file__, "--size", options.size, "--child", str(work / name)],
                                   capture_output=True, text=True, check=True)
             runs[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
