@@ -52,6 +52,8 @@ LAYERS: dict[str, Layer] = {
                    "measuring and pictures: bench, viz (extra: viz), the generated docs"),
     "training": Layer(("training",), ("publishing", "tools"), "train", "options, the run, callbacks, outputs, "
                       "evaluation"),
+    "experiments": Layer(("experiments",), ("training",), "train", "controlled experiments over the table's rows: "
+                         "compare, the scaling sweep, their runner and statistics"),
     "commands": Layer(("cli", "commands", "inference"), ("core",), None,
                       "the hf-vanilla command: one dispatch table that imports a subcommand's layer when it runs"),
 }

@@ -1,0 +1,1 @@
+"""Controlled experiments over the table's rows: ``hf-vanilla compare``, the scaling sweep, their runner and statistics."""
