@@ -25,6 +25,7 @@ from .transformers_releases import (
 )
 
 # isort: split
+import dataclasses
 import importlib
 from typing import Any, ClassVar
 
@@ -150,7 +151,8 @@ class VanillaConfig(AttentionDecidedWhenSet, PreTrainedConfig):
     max_position_embeddings: int = 512
     position_offset: int = 0
     sinusoidal_layout: str = "interleaved"
-    rope_parameters: dict | None = None
+    # A factory, not a default, leaves no class attribute: a config without RoPE has no rope_parameters at all.
+    rope_parameters: dict | None = dataclasses.field(default_factory=lambda: None)
     relative_attention_num_buckets: int = 32
     relative_attention_max_distance: int = 128
     norm_position: str = "post"
@@ -226,11 +228,23 @@ class VanillaConfig(AttentionDecidedWhenSet, PreTrainedConfig):
         check_inactive_options(self, rope_scaling=kwargs.get("rope_scaling"))
         super().__post_init__(**kwargs)
         if not field_is_active("rope_parameters", self):
-            # The base class fills in RoPE defaults; without RoPE they would only mislead. The field stays (None), as
-            # every field does: comparing, copying and validating a dataclass read every field.
-            self.rope_parameters = None
+            # As GPT-2's, BERT's and BART's configs: tools (transformers' common tests among them) take
+            # hasattr(config, "rope_parameters") to mean RoPE; the base class's defaults would only mislead.
+            self.__dict__.pop("rope_parameters", None)
         # Checked here as well as by `@strict` so the error is a plain ValueError naming the field.
         self.check_fields()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)  # transformers makes each subclass a dataclass again, with a new __eq__
+        cls.__eq__ = VanillaConfig.__eq__
+
+    def __eq__(self, other: object) -> bool:
+        """dataclass's comparison (transformers makes every config class a dataclass, GPT-2's too: the same class and
+        equal fields), reading a field the instance lacks as absent: the generated one reads every field as an
+        attribute and raised AttributeError on a config without RoPE (vLLM compares configs of encoders)."""
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return _field_values(self) == _field_values(other)
 
     def validate_architecture(self):
         """Run by `@strict` after __post_init__ and again before every save."""
@@ -367,9 +381,18 @@ class DecoderSide(VanillaConfig):
         self.num_decoder_layers = value
 
 
+_ABSENT = object()
+
+
+def _field_values(config: VanillaConfig) -> tuple:
+    """Each dataclass field's value, or a marker for a field the config lacks (rope_parameters without RoPE)."""
+    return tuple(getattr(config, field.name, _ABSENT) for field in dataclasses.fields(config))
+
+
 def field_default(name: str) -> Any:
-    """A field's default value."""
-    return VanillaConfig.__dataclass_fields__[name].default
+    """A field's default value (rope_parameters' comes from a factory, so that the class holds no such attribute)."""
+    field = VanillaConfig.__dataclass_fields__[name]
+    return field.default_factory() if field.default is dataclasses.MISSING else field.default
 
 
 def ignore_saved_plans(kwargs: dict[str, Any]) -> None:

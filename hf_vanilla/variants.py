@@ -141,7 +141,8 @@ def _even_split(config: Any) -> int:
 
 
 def _unscaled_rope(config: Any) -> dict[str, Any]:
-    given = config.rope_parameters if isinstance(config.rope_parameters, dict) else {}  # its row's check refuses it
+    given = getattr(config, "rope_parameters", None)
+    given = given if isinstance(given, dict) else {}  # its row's check refuses it
     return {"rope_type": "default", "rope_theta": given.get("rope_theta")}
 
 
@@ -168,7 +169,7 @@ def _check_rope(config: Any) -> None:
     """transformers only warns about these; the rotary tables would then be NaN, wrong or the wrong shape."""
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # imports torch: only for RoPE configs
 
-    rope_parameters = config.rope_parameters
+    rope_parameters = getattr(config, "rope_parameters", None)  # absent where RoPE was chosen after the config was built
 
     def refuse(problem: str) -> None:
         raise ValueError(f"VanillaConfig.rope_parameters={rope_parameters!r}: {problem}.")
@@ -425,7 +426,7 @@ def rows_of(config: Any) -> tuple[Variant, ...]:
     for option in options():
         if not is_option_active(option, config):
             continue
-        value = getattr(config, option)
+        value = getattr(config, option, None)  # rope_parameters is absent where RoPE was chosen after building
         named = [r for r in rows(option) if r.value != NON_DEFAULT and r.value == value]
         differing = [r for r in rows(option) if r.value == NON_DEFAULT
                      and value != (r.default_of(config) if r.default_of else _default(config, option))]
@@ -542,7 +543,7 @@ def check_inactive_options(config: Any, rope_scaling: dict | None = None, names:
         condition, active = activation_condition(name)
         if active(config):
             continue
-        value = getattr(config, name)
+        value = getattr(config, name, None)  # rope_parameters exists only with RoPE (or once a tool assigns it)
         if name == "rope_parameters":
             value = rope_scaling or value
             ignored = value is not None and value not in _BASE_ROPE_DEFAULTS
@@ -561,8 +562,11 @@ def check_inactive_options(config: Any, rope_scaling: dict | None = None, names:
 def check_rope_settings(config: Any) -> None:
     """RoPE settings given to a config without RoPE after it was built (tools probe ``rope_parameters``, which
     every config has, and assign it): refused when a model is built from the config or it is saved, as at
-    construction. Other derived options (``num_decoder_layers``) follow their fields and are not checked here."""
+    construction; RoPE chosen after it was built needs its settings. Other derived options (``num_decoder_layers``)
+    follow their fields and are not checked here."""
     check_inactive_options(config, names=("rope_parameters",))
+    if is_option_active("rope_parameters", config):
+        _check_rope(config)
 
 
 # ----------------------------------------------------------------------------------------------

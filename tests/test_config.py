@@ -198,20 +198,26 @@ def test_keys_transformers_writes_are_accepted_silently(tmp_path, caplog):
     assert config.rope_parameters == {"rope_theta": 10000.0, "rope_type": "default"}
 
 
-def test_rope_settings_are_none_without_rope_and_older_saves_still_load(tmp_path):
+def test_rope_settings_are_absent_without_rope_and_older_saves_still_load(tmp_path):
     config = tiny_config("decoder", "sinusoidal")
     config.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
-    assert saved["rope_parameters"] is None
-    # checkpoints saved before carry no key or the defaults PreTrainedConfig fills in; they had no effect and load
-    for older in ({}, {"rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}}):
-        saved.pop("rope_parameters", None)
-        (tmp_path / "config.json").write_text(json.dumps({**saved, **older}))
-        assert hv.VanillaConfig.from_pretrained(tmp_path).rope_parameters is None
+    assert "rope_parameters" not in saved
+    # checkpoints saved before carry None, or the defaults PreTrainedConfig fills in; they had no effect and load
+    for older in (None, {"rope_theta": 10000.0, "rope_type": "default"}):
+        (tmp_path / "config.json").write_text(json.dumps({**saved, "rope_parameters": older}))
+        assert not hasattr(hv.VanillaConfig.from_pretrained(tmp_path), "rope_parameters")
     saved["rope_parameters"] = {"rope_theta": 500000.0, "rope_type": "default"}
     (tmp_path / "config.json").write_text(json.dumps(saved))
     with pytest.raises(ValueError, match=r"config.json: VanillaConfig.rope_parameters=.* has no effect unless "):
         hv.VanillaConfig.from_pretrained(tmp_path)
+
+
+def test_rope_chosen_after_construction_without_settings_is_refused_in_words():
+    config = tiny_config("decoder", "sinusoidal")
+    config.position_embedding_type = "rope"
+    with pytest.raises(ValueError, match=r"rope_parameters=None: position_embedding_type='rope' needs a dict"):
+        hv.VanillaForCausalLM(config)
 
 
 @pytest.mark.parametrize("family", ["encoder", "decoder", "encoder-decoder"])
@@ -228,7 +234,7 @@ def test_rope_settings_assigned_after_construction_are_refused_where_they_would_
         hv.VanillaModel(config)
     with pytest.raises((ValueError, StrictDataclassClassValidationError), match=message):  # strict's save-time check
         config.save_pretrained(tmp_path)
-    config.rope_parameters = None  # taking it back leaves a config that builds
+    del config.rope_parameters  # taking it back leaves a config that builds
     HEAD_FOR_FAMILY[family](config)
 
 

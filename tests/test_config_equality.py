@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from transformers import BartConfig, BertConfig, GPT2Config, LlamaConfig, PreTrainedConfig
 
-import hf_vanilla as hv
 from hf_vanilla import variants
+from hf_vanilla.configuration_vanilla import field_default
 from tests.factories import FAMILIES, tiny_config
 
-#: Each row is shown on a base without RoPE (where rope_parameters is None) and on one with it.
+#: Each row is shown on a base without RoPE (which has no rope_parameters) and on one with it.
 BASE_SCHEMES = ("sinusoidal", "rope")
 
 
@@ -29,7 +29,7 @@ def row_fields(row: variants.Variant, family: str, scheme: str) -> dict[str, Any
 def other_setting(row: variants.Variant) -> Any:
     """A value of the row's option that is not the row's: another row's, or the field's default."""
     if row.value == variants.NON_DEFAULT:
-        return hv.VanillaConfig.__dataclass_fields__[row.option].default
+        return field_default(row.option)
     return next(other.setting for other in variants.rows(row.option) if other.setting != row.setting)
 
 
@@ -93,10 +93,16 @@ def test_a_config_built_for_each_row_compares_copies_and_serialises_as_transform
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("scheme", variants.values("position_embedding_type"))
-def test_rope_parameters_is_none_without_rope_and_equality_sees_a_change(family, scheme):
-    """Without RoPE the field holds None, as every inactive field holds its default (a config missing the attribute
-    made ``==`` raise AttributeError: vLLM could not load an encoder without RoPE)."""
+def test_rope_parameters_exists_only_with_rope_and_equality_sees_a_change(family, scheme):
+    """Without RoPE a config has no rope_parameters, as GPT-2's, BERT's and BART's lack it (transformers' tests and
+    vLLM take ``hasattr(config, "rope_parameters")`` to mean RoPE), and still compares: transformers makes every
+    config class a dataclass whose generated ``==`` reads every field, and raised AttributeError on the missing one
+    (vLLM compares an encoder's config with its text config)."""
     config = tiny_config(family, scheme)
-    assert (config.rope_parameters is None) == (scheme != "rope")
-    assert config == tiny_config(family, scheme)
+    assert hasattr(config, "rope_parameters") == (scheme == "rope") == ("rope_parameters" in config.to_dict())
+    assert not any(hasattr(reference, "rope_parameters") for reference in (GPT2Config(), BertConfig(), BartConfig()))
+    assert config == tiny_config(family, scheme) and not config != copy.deepcopy(config)
+    assert not config != config.get_text_config()  # vLLM's test of a multimodal config
     assert config != tiny_config(family, scheme, num_hidden_layers=3)
+    if scheme == "rope":
+        assert config != tiny_config(family, scheme, rope_parameters={"rope_type": "default", "rope_theta": 500.0})

@@ -725,7 +725,7 @@ def write_positional_figures(out_dir: str | Path, config: VanillaConfig | None =
     d_model = config.hidden_size if config is not None else 512
     heads = config.num_attention_heads if config is not None else 8
     head_dim = config.head_dim if config is not None else 64
-    rope = config.rope_parameters if config is not None else None  # None without RoPE
+    rope = getattr(config, "rope_parameters", None)  # absent without RoPE (and without a config)
     theta = float(rope.get("rope_theta", 10000.0)) if rope else 10000.0
     interleaved = config.sinusoidal_layout == "interleaved" if config is not None else True
     relative = None
