@@ -2,6 +2,7 @@
 installed: a tree of another release (whose tests call another API), or a folder that is no transformers tree, is
 refused in one sentence before anything is downloaded. The common tests themselves are opt-in (docs/testing.md)."""
 
+import ast
 import os
 import subprocess
 import sys
@@ -32,3 +33,34 @@ def test_a_source_tree_of_another_release_is_refused_before_any_download(tmp_pat
     assert f"is transformers {found}, but {transformers.__version__} is installed; check out tag " \
            f"v{transformers.__version__} there." in result.stderr
     assert not (tmp_path / "cache").exists(), "the script downloaded before refusing the tree"
+
+
+COMMON = ROOT / "scripts" / "transformers_common"
+#: Ways a test is skipped or deselected: none may appear in the tester, the stand-ins or the script that runs them.
+SKIPPING_NAMES = {"skipTest", "SkipTest", "skip", "skipIf", "skipUnless", "expectedFailure", "xfail", "skipif"}
+SKIPPING_ARGUMENTS = ("--deselect", " -k ", "--ignore", "-m not")
+#: The mixin tests the tester overrides, each as a built-in tester does, running the mixin's body itself.
+OVERRIDES = {"test_config": "run_common_tests", "test_inputs_embeds": "test_inputs_embeds"}
+
+
+def test_the_common_tester_skips_nothing_the_mixins_would_run():
+    """A skip is a claim: transformers' mixins decide from the model's own properties what does not apply (the RoPE
+    tests ask ``hasattr(config, "rope_parameters")``), as for GPT-2, BERT and BART. The tester may not skip, and
+    overrides only the tests a built-in tester overrides, each calling the mixin's code it stands for."""
+    for path in COMMON.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        names = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+        names |= {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+        assert not names & SKIPPING_NAMES, f"{path.relative_to(ROOT)} skips tests: {sorted(names & SKIPPING_NAMES)}"
+        tests = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")]
+        for test in tests:
+            assert test.name in OVERRIDES, f"{path.relative_to(ROOT)} overrides {test.name} of transformers' mixins"
+            called = {node.func.attr for node in ast.walk(test)
+                      if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
+            assert OVERRIDES[test.name] in called, f"{test.name} does not run the mixin's {OVERRIDES[test.name]}"
+        strings = [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+        assert not [text for text in strings if text.startswith("test_") and text not in OVERRIDES], \
+            f"{path.relative_to(ROOT)} names a mixin test to replace it"
+    script = [line for line in (ROOT / "scripts" / "transformers_common.sh").read_text().splitlines()
+              if not line.lstrip().startswith("#")]
+    assert not [arg for line in script for arg in SKIPPING_ARGUMENTS if arg in line], "transformers_common.sh leaves tests out"

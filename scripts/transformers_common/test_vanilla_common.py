@@ -4,6 +4,10 @@ scripts/transformers_common.sh puts this file beside test_modeling_common.py and
 the sdist of the installed transformers and runs pytest there; the default suite never collects it. Each family
 runs with one absolute, one rotary and one additive-bias positional scheme. The inputs are prepared as the
 built-in testers prepare theirs (BART's for the encoder-decoder: every row ends with its one EOS).
+
+Nothing here skips a test of the mixins: a test that does not apply is skipped by the mixin itself, from the model's
+own properties, as for GPT-2, BERT and BART (the RoPE tests ask ``hasattr(config, "rope_parameters")``, which only a
+config with RoPE has). tests/test_transformers_common.py refuses any skip written here.
 """
 
 import unittest
@@ -83,17 +87,6 @@ class VanillaCommonTests(ModelTesterMixin):
         super().test_inputs_embeds()
 
 
-def rope_tests_skipped(scheme: str) -> dict:
-    """Every VanillaConfig has a rope_parameters field (None without RoPE), which the mixin takes to mean RoPE: as
-    built-in testers skip what their model lacks, the RoPE tests are skipped for the other schemes."""
-    reason = f"position_embedding_type={scheme!r} has no RoPE"
-
-    def skipped(self):
-        self.skipTest(reason)
-
-    return {name: skipped for name in dir(ModelTesterMixin) if name.startswith("test_model_rope")}
-
-
 def family_test_case(family: str, scheme: str) -> type:
     """As Llama's and BART's testers: a family with a class that can generate also runs GenerationTesterMixin's tests
     (on every such class, ``all_generative_model_classes``, which the mixins derive from ``can_generate()``)."""
@@ -101,8 +94,7 @@ def family_test_case(family: str, scheme: str) -> type:
     classes = classes_of(family)
     generates = (GenerationTesterMixin,) if any(c.can_generate() for c in classes) else ()
     attributes = {"family": family, "scheme": scheme, "all_model_classes": classes,
-                  "is_encoder_decoder": family == "encoder-decoder", "__module__": __name__,
-                  **({} if scheme == "rope" else rope_tests_skipped(scheme))}
+                  "is_encoder_decoder": family == "encoder-decoder", "__module__": __name__}
     return type(name, (VanillaCommonTests, *generates, unittest.TestCase), attributes)
 
 
