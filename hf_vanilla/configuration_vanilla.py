@@ -151,8 +151,7 @@ class VanillaConfig(AttentionDecidedWhenSet, PreTrainedConfig):
     max_position_embeddings: int = 512
     position_offset: int = 0
     sinusoidal_layout: str = "interleaved"
-    # A factory, not a default, leaves no class attribute: a config without RoPE has no rope_parameters at all.
-    rope_parameters: dict | None = dataclasses.field(default_factory=lambda: None)
+    rope_parameters: dict | None = None  # the class holds no such attribute: see below the class
     relative_attention_num_buckets: int = 32
     relative_attention_max_distance: int = 128
     norm_position: str = "post"
@@ -362,6 +361,11 @@ class VanillaConfig(AttentionDecidedWhenSet, PreTrainedConfig):
         return cls(**presets.preset_fields(name, overrides))
 
 
+# __init__ keeps the field's default (None), but the class drops the attribute, so that a config without RoPE has no
+# rope_parameters at all, as GPT-2's: transformers' tests and vLLM take hasattr(config, "rope_parameters") for RoPE.
+del VanillaConfig.rope_parameters
+
+
 class DecoderSide(VanillaConfig):
     """The decoder of an encoder-decoder seen as a config of its own: ``num_hidden_layers`` is the decoder's depth
     (``num_decoder_layers``). It shares the config's attributes, so what is written to it is written to the config."""
@@ -390,9 +394,8 @@ def _field_values(config: VanillaConfig) -> tuple:
 
 
 def field_default(name: str) -> Any:
-    """A field's default value (rope_parameters' comes from a factory, so that the class holds no such attribute)."""
-    field = VanillaConfig.__dataclass_fields__[name]
-    return field.default_factory() if field.default is dataclasses.MISSING else field.default
+    """A field's default value."""
+    return VanillaConfig.__dataclass_fields__[name].default
 
 
 def ignore_saved_plans(kwargs: dict[str, Any]) -> None:

@@ -700,8 +700,9 @@ def _to_vanilla_config(model: PreTrainedModel, arch: Architecture, head: Head) -
 def _native_fields(config: VanillaConfig, arch: Architecture, problems: Problems) -> dict[str, Any]:
     # None in a VanillaConfig field means "the default" (classifier_dropout, decoder_start_token_id): leave the
     # native config its own default rather than a None its strict validation may refuse.
+    # rope_parameters exists only with RoPE, so a missing field reads as None too.
     fields = {theirs: copy.deepcopy(getattr(config, ours)) for ours, theirs in arch.renamed.items()
-              if getattr(config, ours) is not None}
+              if getattr(config, ours, None) is not None}
     fields.update(arch.to_native(config, problems))
     fields.update(
         pad_token_id=config.pad_token_id,
