@@ -89,7 +89,9 @@ ACTIVATION_CLASSES: dict[str, type[nn.Module]] = {}
 class VanillaNorm(InitialisesItself):
     """A norm: the class of one ``norm_type`` row of the table of variants, built from the config.
 
-    Its weight starts at 1 (transformers' generic initialisation), or at T5's ``initializer_factor``.
+    Its weight starts at 1, or at T5's ``initializer_factor``, and its bias at 0: drawn here, whatever the class is
+    called (transformers initialises only norms whose class name holds "LayerNorm" or "RMSNorm"). A norm with other
+    parameters draws them in its own ``init_own_weights``.
     """
 
     #: The value of ``norm_type`` this class builds.
@@ -105,8 +107,10 @@ class VanillaNorm(InitialisesItself):
         raise NotImplementedError(f"{cls.__qualname__} names norm_type={cls.norm_type!r} but defines no from_config")
 
     def init_own_weights(self, config: VanillaConfig) -> None:
-        if config.initializer_factor is not None:
-            init.constant_(self.weight, config.initializer_factor)
+        if getattr(self, "weight", None) is not None:
+            init.constant_(self.weight, 1.0 if config.initializer_factor is None else config.initializer_factor)
+        if getattr(self, "bias", None) is not None:
+            init.zeros_(self.bias)
 
 
 class VanillaRMSNorm(VanillaNorm, nn.Module):
@@ -605,9 +609,19 @@ class VanillaPreTrainedModel(InitialisesItself, PreTrainedModel):
                     module.init_own_weights(self.config)
 
     def _init_weights(self, module: nn.Module) -> None:
-        super()._init_weights(module)  # linears and embeddings N(0, initializer_range), norms at 1, biases at 0
-        if isinstance(module, InitialisesItself):  # each module draws what it needs beyond that
+        super()._init_weights(module)  # linears and embeddings N(0, initializer_range), biases at 0
+        if isinstance(module, InitialisesItself):  # each module draws what it needs beyond that, norms their weights
             module.init_own_weights(self.config)
+        elif any(True for _ in module.parameters(recurse=False)) and not isinstance(module, GENERICALLY_INITIALISED):
+            raise TypeError(
+                f"{type(module).__qualname__} holds parameters that nothing initialises: transformers draws only "
+                "linears, embeddings and modules it recognises by class name. Subclass "
+                "hf_vanilla.positional.InitialisesItself (a norm: VanillaNorm) and draw them in init_own_weights."
+            )
+
+
+#: Modules whose parameters transformers' generic ``_init_weights`` draws by type (not by class name).
+GENERICALLY_INITIALISED = (nn.Linear, nn.Embedding)
 
 
 def init_embedding(embedding: nn.Embedding, std: float) -> None:

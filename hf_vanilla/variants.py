@@ -41,6 +41,18 @@ EXPORTERS = (TORCH_EXPORT, ONNX)
 #: The ``to_hf`` targets (transformers ``model_type``), in hf_vanilla.convert's order.
 TO_HF_TARGETS = ("llama", "gpt2", "bert", "bart", "marian", "t5")
 
+#: The engines a row declares it runs on exactly (``engines``): vLLM's Transformers backend, transformers' tensor
+#: parallelism splitting attention heads across ranks, its pipeline parallelism splitting the layers into stages,
+#: and the exporters. A row refuses every engine it does not name: rows fail closed.
+VLLM, TENSOR_PARALLEL, PIPELINE_PARALLEL = "vLLM", "tensor parallel (split heads)", "pipeline parallel"
+ENGINES = (VLLM, TENSOR_PARALLEL, PIPELINE_PARALLEL, *EXPORTERS)
+
+
+def undeclared(engine: str) -> str:
+    """The refusal of an engine a row does not name (said after ``option=value: ``)."""
+    return (f"its row in hf_vanilla/variants.py does not declare {engine} (engines=...), so nothing has checked that "
+            f"{engine} computes it exactly; check it, then name {engine!r} in the row")
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -57,22 +69,27 @@ class Variant:
     attention_bias: bool = False
     #: Holds trained parameters of its own (initialised by its module, loaded from checkpoints).
     parameters: bool = False
-    #: Tensor parallelism: TP_SPLIT or TP_WHOLE (self-attention of every layer kept whole on each rank).
-    tensor_parallel: str = TP_SPLIT
-    #: Why a pipeline cannot split a model with this value into stages ("" when it can).
-    pipeline_refusal: str = ""
+    #: The engines of :data:`ENGINES` this row was checked with; every other one refuses it (a row fails closed),
+    #: with the row's reason below where it gives one, else :func:`undeclared`'s.
+    engines: tuple[str, ...] = ()
+    #: Tensor parallelism: TP_SPLIT (``engines`` names TENSOR_PARALLEL) or TP_WHOLE (self-attention of every layer
+    #: kept whole on each rank, exact for any row); follows ``engines`` unless given.
+    tensor_parallel: str | None = None
+    #: Why a pipeline cannot split a model with this value into stages ("" when it can; follows ``engines``).
+    pipeline_refusal: str | None = None
     #: Extra entries of the tensor-parallel plan, relative to the module holding the row's parameters.
     tensor_parallel_plan: tuple[tuple[str, str], ...] = ()
     #: Part of the output layer: an engine that builds its own (vLLM generating) decides; pooling never reads it.
     output_layer: bool = False
-    #: Why vLLM cannot serve this value ("" when it can).
-    vllm_refusal: str = ""
+    #: Why vLLM cannot serve this value ("" when it can; follows ``engines`` unless given).
+    vllm_refusal: str | None = None
     #: The config attribute vLLM reads to honour this value ("" when it needs none).
     vllm_reads: str = ""
     #: (option, why vLLM cannot serve this value together with a non-default value of that option), for a value
     #: vLLM serves alone but not in that combination.
     vllm_conflicts: tuple[tuple[str, str], ...] = ()
-    #: (exporter, why it cannot carry this value) for each of EXPORTERS that fails; the others export it exactly.
+    #: (exporter, why it cannot carry this value) for each of EXPORTERS that fails; the others ``engines`` names
+    #: export it exactly, and those it does not name are refused as undeclared.
     export_refusals: tuple[tuple[str, str], ...] = ()
     #: The ``to_hf`` targets whose native model computes this value exactly; every other target refuses it.
     to_hf: tuple[str, ...] = ()
@@ -99,6 +116,25 @@ class Variant:
             raise ValueError(f"{self.option}={self.value!r}: export_refusals names {exporters or 'no'} unknown "
                              f"exporter (known: {EXPORTERS}), to_hf / to_hf_conditions {targets or 'no'} unknown "
                              f"target (to_hf names targets of {TO_HF_TARGETS}; a condition, a target in to_hf).")
+        self._refuse_undeclared_engines()
+
+    def _refuse_undeclared_engines(self) -> None:
+        """Each engine the row does not name refuses it: its stated reason, or that it was never checked."""
+        unknown = [name for name in self.engines if name not in ENGINES]
+        reasons = {VLLM: self.vllm_refusal, PIPELINE_PARALLEL: self.pipeline_refusal, **dict(self.export_refusals)}
+        contradicted = [name for name in self.engines if reasons.get(name)]
+        split = self.tensor_parallel is not None and (self.tensor_parallel == TP_SPLIT) != (TENSOR_PARALLEL in self.engines)
+        if unknown or contradicted or split:
+            raise ValueError(f"{self.option}={self.value!r}: engines names {unknown or 'no'} unknown engine (known: "
+                             f"{ENGINES}) and {contradicted or 'no'} engine it also gives a refusal for; "
+                             f"tensor_parallel=TP_SPLIT goes with {TENSOR_PARALLEL!r} in engines, TP_WHOLE without it.")
+        for name, field in ((VLLM, "vllm_refusal"), (PIPELINE_PARALLEL, "pipeline_refusal")):
+            if getattr(self, field) is None:  # frozen: set once, here
+                object.__setattr__(self, field, "" if name in self.engines else undeclared(name))
+        if self.tensor_parallel is None:
+            object.__setattr__(self, "tensor_parallel", TP_SPLIT if TENSOR_PARALLEL in self.engines else TP_WHOLE)
+        missing = [name for name in EXPORTERS if name not in self.engines and name not in reasons]
+        object.__setattr__(self, "export_refusals", (*self.export_refusals, *((n, undeclared(n)) for n in missing)))
 
     @property
     def setting(self) -> Any:
@@ -128,8 +164,15 @@ VLLM_CLASSIFIER_REFUSAL = (
     "hf_vanilla's pooling (classifier_pooling, pooler) and head would not run"
 )
 
-#: Every to_hf target: the value each native model can be configured with.
+#: Every to_hf target: the value each native model can be configured with (every native config names each of
+#: the shipped activations, T5's as ``feed_forward_proj``, gated or not).
 _EVERY_TARGET = TO_HF_TARGETS
+#: Every engine: what a row that each engine was checked with declares.
+_EVERY_ENGINE = ENGINES
+
+
+def _every_engine_but(*refused: str) -> tuple[str, ...]:
+    return tuple(name for name in ENGINES if name not in refused)
 
 
 def _query_heads(config: Any) -> int:
@@ -235,111 +278,125 @@ def _check_act2fn_activation(config: Any) -> None:
 
 
 def _activation(name: str, summary: str, **properties: Any) -> Variant:
-    """An FFN activation: every target's native config names it (T5 as ``feed_forward_proj``), gated or not."""
-    return Variant("hidden_act", name, summary, to_hf=properties.pop("to_hf", _EVERY_TARGET), **properties)
+    """An FFN activation: no target and no engine unless the row names them (``to_hf=``, ``engines=``)."""
+    return Variant("hidden_act", name, summary, **properties)
 
 
 VARIANTS: list[Variant] = [
     Variant("architecture", "encoder", "bidirectional stack (BERT-like)", to_hf=("bert",),
-            heads=(*_EVERY_FAMILY_HEADS, "VanillaForMaskedLM", *_TOKEN_HEADS)),
+            heads=(*_EVERY_FAMILY_HEADS, "VanillaForMaskedLM", *_TOKEN_HEADS), engines=_EVERY_ENGINE),
     Variant("architecture", "decoder", "causal stack (GPT-like)", to_hf=("llama", "gpt2"),
-            heads=(*_EVERY_FAMILY_HEADS, "VanillaForCausalLM", *_TOKEN_HEADS)),
+            heads=(*_EVERY_FAMILY_HEADS, "VanillaForCausalLM", *_TOKEN_HEADS), engines=_EVERY_ENGINE),
     Variant("architecture", "encoder-decoder", "encoder and decoder with cross-attention (the paper's)",
             heads=(*_EVERY_FAMILY_HEADS, "VanillaForSeq2SeqLM"),
             active_fields=("num_decoder_layers",), pipeline_refusal="two lists of layers",
             vllm_refusal="vLLM serves hf_vanilla decoders (generation) and encoders (embedding) through its "
                          "Transformers backend, not encoder-decoders",
-            to_hf=("bart", "marian", "t5")),
+            to_hf=("bart", "marian", "t5"), engines=_every_engine_but(VLLM, PIPELINE_PARALLEL)),
     Variant("position_embedding_type", "sinusoidal", "fixed sinusoids added to the embeddings (the paper's)",
             active_fields=("position_offset", "sinusoidal_layout"), adds_to_embeddings=True, to_hf=("marian",),
-            to_hf_conditions=(("marian", "sinusoidal_layout='concatenated'"),)),
+            to_hf_conditions=(("marian", "sinusoidal_layout='concatenated'"),), engines=_EVERY_ENGINE),
     Variant("position_embedding_type", "learned", "one trained vector per position (BERT, GPT-2, BART)",
             active_fields=("position_offset",), adds_to_embeddings=True, parameters=True,
-            to_hf=("gpt2", "bert", "bart"), to_hf_conditions=(("bart", "position_offset=2"),)),
+            to_hf=("gpt2", "bert", "bart"), to_hf_conditions=(("bart", "position_offset=2"),), engines=_EVERY_ENGINE),
     Variant("position_embedding_type", "rope", "queries and keys rotated by position (Llama)",
-            active_fields=("rope_parameters",), check=_check_rope, to_hf=("llama",)),
+            active_fields=("rope_parameters",), check=_check_rope, to_hf=("llama",), engines=_EVERY_ENGINE),
     Variant("position_embedding_type", "alibi", "linear distance penalty per head (Press et al.)",
-            attention_bias=True, tensor_parallel=TP_WHOLE, vllm_refusal=_BIAS_IN_VLLM),
+            attention_bias=True, vllm_refusal=_BIAS_IN_VLLM, engines=_every_engine_but(VLLM, TENSOR_PARALLEL)),
     Variant("position_embedding_type", "relative", "learned bucketed bias per head (T5)",
             active_fields=("relative_attention_num_buckets", "relative_attention_max_distance"),
             attention_bias=True, parameters=True, vllm_refusal=_BIAS_IN_VLLM, check=_check_relative_buckets,
             tensor_parallel_plan=(("relative_attention_bias.weight", "embedding_colwise"),
                                   ("relative_attention_bias", "local_params")),
-            to_hf=("t5",)),
-    Variant("position_embedding_type", "none", "no positional information"),
+            to_hf=("t5",), engines=_every_engine_but(VLLM)),
+    Variant("position_embedding_type", "none", "no positional information", engines=_EVERY_ENGINE),
     Variant("rope_parameters", NON_DEFAULT, "RoPE with a scaling rule stretching its context (linear, dynamic NTK, "
             "YaRN, Llama 3: transformers' ROPE_INIT_FUNCTIONS)", default_of=_unscaled_rope,
-            example={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}, to_hf=("llama",)),
+            example={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}, to_hf=("llama",),
+            engines=_EVERY_ENGINE),
     Variant("norm_type", "layernorm", "LayerNorm", active_fields=("norm_bias",), parameters=True,
-            to_hf=("gpt2", "bert", "bart", "marian")),
-    Variant("norm_type", "rmsnorm", "RMSNorm (T5, Llama)", parameters=True, to_hf=("llama", "t5")),
-    Variant("norm_position", "pre", "x = x + f(norm(x)) (GPT-2, Llama, T5)", to_hf=("llama", "gpt2", "t5")),
-    Variant("norm_position", "post", "x = norm(x + f(x)) (the paper's)", to_hf=("bert", "bart", "marian")),
+            to_hf=("gpt2", "bert", "bart", "marian"), engines=_EVERY_ENGINE),
+    Variant("norm_type", "rmsnorm", "RMSNorm (T5, Llama)", parameters=True, to_hf=("llama", "t5"),
+            engines=_EVERY_ENGINE),
+    Variant("norm_position", "pre", "x = x + f(norm(x)) (GPT-2, Llama, T5)", to_hf=("llama", "gpt2", "t5"),
+            engines=_EVERY_ENGINE),
+    Variant("norm_position", "post", "x = norm(x + f(x)) (the paper's)", to_hf=("bert", "bart", "marian"),
+            engines=_EVERY_ENGINE),
     Variant("embedding_norm", True, "a norm right after the embeddings (BERT, BART)", parameters=True,
             pipeline_refusal="a norm on the embeddings: a later stage would norm its hidden states again",
-            to_hf=("bert", "bart")),
+            to_hf=("bert", "bart"), engines=_every_engine_but(PIPELINE_PARALLEL)),
     Variant("embedding_norm", False, "the embeddings go straight to the first block (the paper's, GPT-2, Llama, T5)",
-            to_hf=("llama", "gpt2", "marian", "t5")),
+            to_hf=("llama", "gpt2", "marian", "t5"), engines=_EVERY_ENGINE),
     Variant("final_norm", True, "a norm after the last block (pre-norm stacks: GPT-2, Llama, T5)", parameters=True,
-            to_hf=("llama", "gpt2", "t5")),
+            to_hf=("llama", "gpt2", "t5"), engines=_EVERY_ENGINE),
     Variant("final_norm", False, "the last block's output as it is (post-norm stacks: the paper's, BERT, BART)",
-            to_hf=("bert", "bart", "marian")),
-    _activation("relu", "max(0, x) (the paper's, T5 v1.0, OPT)"),
+            to_hf=("bert", "bart", "marian"), engines=_EVERY_ENGINE),
+    _activation("relu", "max(0, x) (the paper's, T5 v1.0, OPT)", to_hf=_EVERY_TARGET, engines=_EVERY_ENGINE),
     _activation("gelu", "x * Phi(x), the exact GELU (BERT, BART)",
-                to_hf_conditions=(("t5", "gated_ffn=False (T5 reads 'gated-gelu' as gelu_new)"),)),
-    _activation("gelu_new", "GELU, tanh approximation, written out (GPT-2, T5 v1.1's GEGLU)"),
-    _activation("gelu_fast", "GELU, tanh approximation, as gelu_new in another form (GPT-J's codebase)"),
-    _activation("gelu_pytorch_tanh", "GELU, tanh approximation, torch's kernel (Gemma, StarCoder)"),
-    _activation("quick_gelu", "x * sigmoid(1.702 x) (CLIP)"),
-    _activation("silu", "x * sigmoid(x); with gated_ffn, SwiGLU (Llama)"),
-    _activation("swish", "the same function as silu, under Marian's name"),
-    _activation("relu2", "relu(x)^2 (Primer, Nemotron)"),
+                to_hf_conditions=(("t5", "gated_ffn=False (T5 reads 'gated-gelu' as gelu_new)"),),
+                to_hf=_EVERY_TARGET, engines=_EVERY_ENGINE),
+    _activation("gelu_new", "GELU, tanh approximation, written out (GPT-2, T5 v1.1's GEGLU)",
+                to_hf=_EVERY_TARGET, engines=_EVERY_ENGINE),
+    _activation("gelu_fast", "GELU, tanh approximation, as gelu_new in another form (GPT-J's codebase)",
+                to_hf=_EVERY_TARGET, engines=_EVERY_ENGINE),
+    _activation("gelu_pytorch_tanh", "GELU, tanh approximation, torch's kernel (Gemma, StarCoder)",
+                to_hf=_EVERY_TARGET, engines=_EVERY_ENGINE),
+    _activation("quick_gelu", "x * sigmoid(1.702 x) (CLIP)", to_hf=_EVERY_TARGET, engines=_EVERY_ENGINE),
+    _activation("silu", "x * sigmoid(x); with gated_ffn, SwiGLU (Llama)", to_hf=_EVERY_TARGET, engines=_EVERY_ENGINE),
+    _activation("swish", "the same function as silu, under Marian's name",
+                to_hf=_EVERY_TARGET, engines=_EVERY_ENGINE),
+    _activation("relu2", "relu(x)^2 (Primer, Nemotron)", to_hf=_EVERY_TARGET, engines=_EVERY_ENGINE),
     _activation(NON_DEFAULT, "any other parameter-free activation of transformers' ACT2FN (mish, tanh, leaky_relu, "
-                "...), taken by name as built-in configs take it", example="mish", check=_check_act2fn_activation),
+                "...), taken by name as built-in configs take it", example="mish", check=_check_act2fn_activation,
+                to_hf=_EVERY_TARGET, engines=_EVERY_ENGINE),
     Variant("gated_ffn", False, "act(x W_up) W_down (the paper's)", parameters=True,
-            to_hf=("gpt2", "bert", "bart", "marian", "t5")),
+            to_hf=("gpt2", "bert", "bart", "marian", "t5"), engines=_EVERY_ENGINE),
     Variant("gated_ffn", True, "act(x W_gate) * (x W_up) W_down (SwiGLU, GEGLU)", parameters=True,
             to_hf=("llama", "t5"),
-            to_hf_conditions=(("t5", "hidden_act other than 'gelu' (T5 reads 'gated-gelu' as gelu_new)"),)),
+            to_hf_conditions=(("t5", "hidden_act other than 'gelu' (T5 reads 'gated-gelu' as gelu_new)"),),
+            engines=_EVERY_ENGINE),
     Variant("num_key_value_heads", NON_DEFAULT, "grouped-query attention: fewer key/value heads than query heads, "
             "each shared by a group of them (Llama 2 70B, Mistral)", default_of=_query_heads, example=2,
-            to_hf=("llama",)),
+            to_hf=("llama",), engines=_EVERY_ENGINE),
     Variant("num_key_value_heads", 1, "multi-query attention: one key/value head shared by every query head (PaLM)",
-            tensor_parallel=TP_WHOLE, to_hf=("llama",)),
+            to_hf=("llama",), engines=_every_engine_but(TENSOR_PARALLEL)),
     Variant("head_dim", NON_DEFAULT, "a head width other than hidden_size / num_attention_heads (T5's d_kv, Gemma)",
-            default_of=_even_split, example=64, to_hf=("llama", "t5")),
+            default_of=_even_split, example=64, to_hf=("llama", "t5"), engines=_EVERY_ENGINE),
     Variant("attention_scale", NON_DEFAULT, "a factor on q.k other than 1/sqrt(head_dim) (T5 attends unscaled: 1.0)",
             example=1.0, to_hf=("gpt2", "t5"),
             to_hf_conditions=(("gpt2", "attention_scale=1.0 (scale_attn_weights=False)"),
-                              ("t5", "attention_scale=1.0"))),
+                              ("t5", "attention_scale=1.0")), engines=_EVERY_ENGINE),
     Variant("attention_bias", True, "biases on the q, k, v and output projections (the paper's, GPT-2, BERT, BART)",
-            parameters=True, to_hf=("llama", "gpt2", "bert", "bart", "marian")),
-    Variant("attention_bias", False, "no biases on the attention projections (Llama, T5)", to_hf=("llama", "t5")),
+            parameters=True, to_hf=("llama", "gpt2", "bert", "bart", "marian"), engines=_EVERY_ENGINE),
+    Variant("attention_bias", False, "no biases on the attention projections (Llama, T5)", to_hf=("llama", "t5"),
+            engines=_EVERY_ENGINE),
     Variant("mlp_bias", True, "biases on the feed-forward projections (the paper's, GPT-2, BERT, BART)",
-            parameters=True, to_hf=("llama", "gpt2", "bert", "bart", "marian")),
-    Variant("mlp_bias", False, "no biases on the feed-forward projections (Llama, T5)", to_hf=("llama", "t5")),
+            parameters=True, to_hf=("llama", "gpt2", "bert", "bart", "marian"), engines=_EVERY_ENGINE),
+    Variant("mlp_bias", False, "no biases on the feed-forward projections (Llama, T5)", to_hf=("llama", "t5"),
+            engines=_EVERY_ENGINE),
     Variant("scale_embedding", True, "token embeddings times sqrt(hidden_size) (the paper's, BART, Marian)",
-            to_hf=("bart", "marian")),
-    Variant("scale_embedding", False, "token embeddings as they are (GPT-2, BERT, Llama, T5)", to_hf=_EVERY_TARGET),
+            to_hf=("bart", "marian"), engines=_EVERY_ENGINE),
+    Variant("scale_embedding", False, "token embeddings as they are (GPT-2, BERT, Llama, T5)",
+            to_hf=_EVERY_TARGET, engines=_EVERY_ENGINE),
     Variant("tie_word_embeddings", True, "the output projection is the token embedding matrix (the paper's, GPT-2, "
-            "BERT, T5 v1.0)", output_layer=True, to_hf=_EVERY_TARGET),
+            "BERT, T5 v1.0)", output_layer=True, to_hf=_EVERY_TARGET, engines=_EVERY_ENGINE),
     Variant("tie_word_embeddings", False, "an output projection of its own (Llama, T5 v1.1)", parameters=True,
-            output_layer=True, to_hf=_EVERY_TARGET),
+            output_layer=True, to_hf=_EVERY_TARGET, engines=_EVERY_ENGINE),
     Variant("lm_head_scale", NON_DEFAULT, "last hidden states times a factor before the output projection (T5)",
             output_layer=True, vllm_reads="logit_scale", to_hf=("t5",), example=0.5,
-            to_hf_conditions=(("t5", "lm_head_scale=d_model**-0.5 (T5 v1.0)"),)),
+            to_hf_conditions=(("t5", "lm_head_scale=d_model**-0.5 (T5 v1.0)"),), engines=_EVERY_ENGINE),
     Variant("lm_head_bias", False, "no bias on the output projection (GPT-2, Llama, T5)",
-            output_layer=True, to_hf=("llama", "gpt2", "t5")),
+            output_layer=True, to_hf=("llama", "gpt2", "t5"), engines=_EVERY_ENGINE),
     Variant("lm_head_bias", True, "a bias on the output projection (BERT, BART, Marian)", parameters=True,
             output_layer=True, to_hf=("bert", "bart", "marian"),
             vllm_conflicts=(("lm_head_scale", "vLLM multiplies its logits, the output bias included, by "
                                               "logit_scale; hf_vanilla scales the hidden states before the "
-                                              "projection and adds the bias unscaled"),)),
+                                              "projection and adds the bias unscaled"),), engines=_EVERY_ENGINE),
     Variant("lm_head_transform", False, "the last hidden states go straight to the output projection",
-            output_layer=True, to_hf=("llama", "gpt2", "bart", "marian", "t5")),
+            output_layer=True, to_hf=("llama", "gpt2", "bart", "marian", "t5"), engines=_EVERY_ENGINE),
     Variant("lm_head_transform", True, "dense + activation + norm before the output projection (BERT)",
             parameters=True, output_layer=True, vllm_refusal=_HEAD_IN_VLLM + ": it skips the transform",
-            to_hf=("bert",)),
+            to_hf=("bert",), engines=_every_engine_but(VLLM)),
 ]
 
 
@@ -591,8 +648,10 @@ def tensor_parallel_plan(config: Any) -> dict[str, str]:
     transformers adds the token embedding (split by vocabulary) and the heads add their output projection.
     """
     stacks = {"encoder": ("encoder",), "decoder": ("decoder",), "encoder-decoder": ("encoder", "decoder")}
-    split_heads = config.num_key_value_heads > 1
     scheme = scheme_row(config)
+    # Any other row that does not declare split heads (a new norm, say) keeps every attention whole: exact anyway.
+    others_split = all(used.tensor_parallel == TP_SPLIT for used in rows_of(config) if used is not scheme)
+    split_heads = config.num_key_value_heads > 1 and others_split
     plan: dict[str, str] = {}
     for stack in stacks[config.architecture]:
         layers = f"{stack}.layers.*"

@@ -253,6 +253,7 @@ KERPLE = variants.Variant(
     "position_embedding_type", "kerple_log", "log distance penalty per head, two learned numbers a head",
     attention_bias=True, parameters=True, tensor_parallel=variants.TP_WHOLE,
     vllm_refusal="vLLM's attention takes queries, keys and values only: the additive bias would be dropped",
+    engines=(variants.PIPELINE_PARALLEL, *variants.EXPORTERS),  # what test_a_scheme_added_as_one_class... checks
 )
 
 
@@ -286,9 +287,9 @@ def test_a_scheme_added_as_one_class_and_one_row(kerple, engine, tmp_path):
 
 
 SCALENORM = variants.Variant("norm_type", "scalenorm", "ScaleNorm: g * x / ||x||, one learned g (Nguyen & Salazar)",
-                             parameters=True)
+                             parameters=True, engines=(variants.TORCH_EXPORT,))
 SWISH_BETA = variants.Variant("hidden_act", "swish_beta", "x * sigmoid(beta * x), beta learned (Ramachandran et al.)",
-                              parameters=True)
+                              parameters=True, engines=(variants.TORCH_EXPORT,))
 
 
 @pytest.fixture
@@ -358,6 +359,96 @@ def test_a_norm_and_an_activation_added_as_one_row_and_one_class_each(scalenorm_
     with pytest.raises(ValueError, match=r"hidden_act='swish_beta' \(llama has no such hidden_act; the table of "
                                          r"variants converts it to no target\)"):
         to_hf(head_model(config_for_row(SWISH_BETA, gated_ffn=True)), model_type="llama")
+
+
+#: Written as a contributor writes them: a row each, through the table's own helper for activations, naming no
+#: conversion target and no engine (none was checked).
+CENTRED_NORM = variants.Variant("norm_type", "centred", "x - mean(x), times a weight, plus a bias", parameters=True)
+SQUAREPLUS = variants._activation("squareplus", "(x + sqrt(x^2 + 4)) / 2, a smooth relu (So, 2021)")
+
+
+@pytest.fixture
+def centred_norm_and_squareplus():
+    """A norm named neither LayerNorm nor RMSNorm whose weight starts at 1 and bias at 0 (VanillaNorm's
+    docstring), drawing nothing itself; and a parameter-free activation outside ACT2FN."""
+    from transformers.activations import ACT2FN
+
+    assert "squareplus" not in ACT2FN
+
+    class CentredNorm(modeling_vanilla.VanillaNorm, nn.Module):
+        norm_type = "centred"
+
+        def __init__(self, config: hv.VanillaConfig):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(config.hidden_size))
+            self.bias = nn.Parameter(torch.zeros(config.hidden_size))
+
+        @classmethod
+        def from_config(cls, config: hv.VanillaConfig) -> "CentredNorm":
+            return cls(config)
+
+        def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+            return self.weight * (hidden_states - hidden_states.mean(-1, keepdim=True)) + self.bias
+
+    class Squareplus(modeling_vanilla.RowActivation):
+        activations = ("squareplus",)
+
+        def __init__(self, config: hv.VanillaConfig):
+            super().__init__()
+
+        def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+            return (hidden_states + torch.sqrt(hidden_states * hidden_states + 4)) / 2
+
+    try:
+        with variants.registered(CENTRED_NORM), variants.registered(SQUAREPLUS):
+            yield CentredNorm, Squareplus
+    finally:
+        del modeling_vanilla.NORM_CLASSES["centred"], modeling_vanilla.ACTIVATION_CLASSES["squareplus"]
+
+
+def test_rows_added_without_declarations_initialise_themselves_and_every_target_and_engine_refuses_them(
+        centred_norm_and_squareplus, engine, tmp_path):
+    """Rows fail closed: a row claims no conversion target and no engine it does not name, and each refuses it in
+    our words (never the native model's KeyError); a norm initialises itself whatever its class is called
+    (transformers draws only norms named LayerNorm or RMSNorm)."""
+    from hf_vanilla.convert import to_hf
+    from hf_vanilla.transformers_releases import vllm_refusals
+
+    norm_class, _ = centred_norm_and_squareplus
+    for row in (CENTRED_NORM, SQUAREPLUS):
+        assert row.to_hf == () and row.engines == ()
+        config = config_for_row(row)
+        check_row_initialises_itself(row, tmp_path / f"{row.value}-meta")  # missing weights, drawn on the meta device
+        check_row_initialises_itself(row, tmp_path / f"{row.value}-t5", initializer_factor=1.0)
+        setting = f"{row.option}={row.setting!r}"
+        assert f"{setting}: {variants.undeclared(variants.VLLM)}" in vllm_refusals(config)
+        check_engine_refuses_or_builds(row, engine)
+        assert config.base_model_pp_plan is None and not any(".self_attn." in name for name in config.base_model_tp_plan)
+        assert all(row.export_refusal(exporter) == variants.undeclared(exporter) for exporter in variants.EXPORTERS)
+        for target in variants.TO_HF_TARGETS:
+            check_target_converts_or_refuses(row, target)
+            with pytest.raises(ValueError) as refused:  # ours, naming the value: not the native model's KeyError
+                to_hf(head_model(with_row(native_form_config(target), row)), model_type=target)
+            assert "has options with no native transformers counterpart" in str(refused.value)
+            assert f"as {target} " in str(refused.value) and f"{setting} ({target} has " in str(refused.value)
+    folder = tmp_path / "norm"
+    head_model(config_for_row(CENTRED_NORM)).save_pretrained(folder)
+    save_file({}, str(folder / "model.safetensors"), metadata={"format": "pt"})  # every weight missing
+    loaded = hv.VanillaForCausalLM.from_pretrained(folder)
+    norms = [module for module in loaded.modules() if isinstance(module, norm_class)]
+    assert norms and all(bool((n.weight == 1).all()) and bool((n.bias == 0).all()) for n in norms)
+
+
+def test_a_module_with_parameters_nothing_initialises_is_refused_when_the_model_is_built():
+    class Gate(nn.Module):  # neither a linear nor an embedding nor an InitialisesItself
+        def __init__(self):
+            super().__init__()
+            self.scale = nn.Parameter(torch.empty(1))
+
+    model = head_model(config_for_row(variants.row("architecture", "decoder")))
+    model.model.gate = Gate()
+    with pytest.raises(TypeError, match="Gate holds parameters that nothing initialises"):
+        model.initialize_weights()
 
 
 def test_a_norm_or_activation_row_without_its_class_is_refused_when_the_model_is_built():

@@ -75,13 +75,20 @@ target). Config validation, the parallel plans, the engine refusals, the convert
   no such module or it has parameters of its own.
 - A new **positional scheme** is one `position_embedding_type` row and one `PositionalScheme` subclass naming it.
 
-Nothing else changes: no other package file, no test edit. `to_hf` refuses a value no target's row names, in a
-sentence naming the value (a row says which targets carry it), and a value is registered once: a second row or
-class under a taken name is refused, so a shipped class is never replaced. tests/test_variants.py shows it:
+Nothing else changes: no other package file, no test edit. A row fails closed: it claims no `to_hf` target and no
+engine it does not name (`to_hf=`, `engines=`; the activation helper defaults to none either), so `to_hf` refuses
+such a value in a sentence naming it (never the native model's `KeyError`), vLLM refuses it in ours, tensor
+parallelism keeps the attention heads whole and pipeline parallelism has no plan. A norm's weight starts at 1 and its
+bias at 0 through `VanillaNorm`'s own initialisation, whatever the class is called (transformers draws only norms
+named LayerNorm or RMSNorm), and a module with parameters that nothing initialises is refused when the weights are
+drawn. A value is registered once: a second row or class under a taken name is refused, so a shipped class is
+never replaced. tests/test_variants.py shows it:
 `test_a_norm_and_an_activation_added_as_one_row_and_one_class_each` registers ScaleNorm and Swish-beta (two rows,
 two classes with parameters, inside the test alone) and runs the grids' own checks on them: build, forward, save
 and load, initialisation on the meta device, an engine's build, torch.export, and every `to_hf` target refusing
-them; `test_a_scheme_added_as_one_class_and_one_row` does the same for a KERPLE-log scheme."""
+them; `test_a_scheme_added_as_one_class_and_one_row` does the same for a KERPLE-log scheme, and
+`test_rows_added_without_declarations_initialise_themselves_and_every_target_and_engine_refuses_them` adds a norm
+named neither LayerNorm nor RMSNorm and squareplus (an activation outside `ACT2FN`) declaring nothing."""
 
 
 def below(layer: str) -> set[str]:
