@@ -1,33 +1,34 @@
-#!/usr/bin/env python
-"""Serve a saved hf_vanilla model in vLLM and check its numbers against transformers'.
+"""Serve a saved hf_vanilla model in vLLM and check its numbers against transformers' (``scripts/vllm_check.py``).
 
-    python scripts/vllm_check.py check RUN_DIR        # vLLM's greedy tokens and logprobs against transformers'
-                                                      # (an encoder: its embeddings, served as a pooling model)
+    python scripts/vllm_check.py check RUN_DIR        # a causal LM's greedy tokens and logprobs against transformers'
+                                                      # (a bare model or masked-LM: its embeddings, pooled)
     python scripts/vllm_check.py serve RUN_DIR        # the same through `vllm serve`, over HTTP on 127.0.0.1
-    python scripts/vllm_check.py rows --out DIR       # every row of the table in a model of its own: served or refused
+    python scripts/vllm_check.py rows --out DIR       # every (row of the table, class a user saves): served or refused
 
-Timing is ``scripts/vllm_bench.py``, which checks its models with this file's pieces first.
+Timing is ``vllm_bench`` (``scripts/vllm_bench.py``), which checks its models with this module's pieces first.
 
 vLLM runs in a venv of its own (``scripts/vllm_env.sh`` builds it on first use: about 5 minutes and 3.5 GB from
 PyPI) because it pins its own torch and transformers (<5.20). This process runs under the project's venv: it builds
-and saves the models, runs transformers, and holds the clock. It starts the vLLM side as a worker -- this same file
-under the vLLM venv's python, command ``worker`` -- and sends it one JSON line per request. The worker imports
-neither hf_vanilla nor this project's transformers: the model files travel in the saved folder and load with
-``trust_remote_code`` on the transformers vLLM brings.
+and saves the models, runs transformers, and holds the clock. It starts the vLLM side as a worker -- the file
+``vllm_worker.py`` beside this one, run by path under the vLLM venv's python -- and sends it one JSON line per
+request. The worker imports neither hf_vanilla nor this project's transformers: the model files travel in the saved
+folder and load with ``trust_remote_code`` on the transformers vLLM brings.
 
 ``check``: greedy new tokens and the logprob of every prompt token and every new token, from vLLM's Transformers
 backend (``model_impl="transformers"``), requests one at a time and all in one batch, against transformers'
-``generate()`` and ``log_softmax`` of its forward on the same token ids, one prompt at a time. Prompts are random
-token ids of different lengths (a batch flattens them into one row: positions must come from ``position_ids``).
+``generate()`` and ``log_softmax`` of its forward on the same token ids, one prompt at a time, within
+``DEFAULT_ATOL``. Prompts are random token ids of different lengths (a batch flattens them into one row: positions
+must come from ``position_ids``). An embedding model: every component of the pooled state, within the same bound.
 
-``rows``: one small model per row of hf_vanilla's table of variants, built from the table when it runs: a decoder for
-every row, an encoder for each positional scheme, and a sequence classifier of each family. A row's model is the
-default model of its kind (``DECODER``, ``ENCODER``) with the row's value; where the default has that value already,
-the kind's alternate (every option at another value vLLM serves) with it, so no two models are the same. A row vLLM
-serves is checked as ``check`` does; a refused one must be refused in our words when vLLM builds it, and, with the
-refusal lifted in a copy, vLLM must fail or serve other numbers (else the refusal is no longer true of this vLLM).
+``rows``: one small model per (row of hf_vanilla's table of variants, class a user saves), built from the table when
+it runs (``kinds``): a causal LM for every row, a bare encoder for each positional scheme, a masked-LM with the BERT
+presets' head for each output-layer row, and every other class of each family once. A row's model is the default
+model of its kind with the row's value; where the default has that value already, the kind's alternate (every
+option at another value vLLM serves) with it, so no two models are the same. A model vLLM serves is checked as
+``check`` does; a refused one must be refused in our words when vLLM builds it, and, with that refusal alone lifted
+in a copy of its files, vLLM must fail at load or serve other numbers: a copy another refusal of ours stops, or one
+vLLM serves exactly, proves nothing and fails the row. No model meets two refusals (each is shown alone).
 """
-
 from __future__ import annotations
 
 import argparse
