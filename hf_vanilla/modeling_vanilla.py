@@ -875,6 +875,9 @@ class VanillaModel(VanillaPreTrainedModel):
         super().__init__(config)
         if not under_head:  # built alone, as an engine builds it under its own output layer: refuse what it would drop
             refuse_engine_options(config, config._attn_implementation)
+            if VanillaForMaskedLM.__name__ in (config.architectures or ()):  # vLLM pools a masked-LM folder's encoder:
+                # the head's weights are there but unread (vLLM drops these keys too, as it builds this class alone)
+                self._keys_to_ignore_on_load_unexpected = list(VanillaForMaskedLM.head_weights)
         self.embed_tokens = VanillaTokenEmbedding(config)
         family = config.architecture
         # Keyword arguments only: an engine may wrap the stack classes in a constructor that refuses any other
@@ -1134,6 +1137,9 @@ class VanillaForCausalLM(VanillaLMHeadMixin, VanillaHead, GenerationMixin):
 
 class VanillaForMaskedLM(VanillaLMHeadMixin, VanillaHead):
     """Encoder with a masked-language-model head (BERT-like): predicts the tokens hidden behind [MASK]."""
+
+    #: The head's weights: the bare model of a folder this class saved leaves them unread (an embedding model).
+    head_weights = (r"^lm_head\.", r"^lm_head_transform\.")
 
     def __init__(self, config: VanillaConfig):
         super().__init__(config)

@@ -39,7 +39,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPast  # noqa: E402
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS  # noqa: E402
 from transformers.utils.deprecation import deprecate_kwarg  # noqa: E402
 
-from .variants import VLLM_CLASSIFIER_REFUSAL, row, rows_of, values  # noqa: E402
+from .variants import VLLM_HEAD_REFUSALS, row, rows_of, values  # noqa: E402
 
 if TYPE_CHECKING:
     from .configuration_vanilla import VanillaConfig
@@ -149,16 +149,28 @@ ATTENTION_IMPLEMENTATION_ATTRIBUTE = "_attn_implementation_internal"
 
 
 def vllm_refusals(config: "VanillaConfig") -> list[str]:
-    """Why vLLM cannot serve this config, one line per option (empty when it can). Output-layer options count
-    for a decoder only: vLLM generates with its own output layer, and pools an encoder's hidden states."""
+    """Why vLLM cannot serve this config, one line per reason (empty when it can): the class that saved it (its
+    ``architectures``), then each option. Output-layer options count for a decoder only: vLLM generates with its
+    own output layer, and pools an encoder's hidden states."""
+    head = saved_head(config)
+    refusals = [f"{head}: {VLLM_HEAD_REFUSALS[head]}"] if VLLM_HEAD_REFUSALS.get(head) else []
+    for variant, other, why in vllm_refused_rows(config):
+        beside = f" with {other}={getattr(config, other)!r}" if other else ""
+        refusals.append(f"{variant.option}={getattr(config, variant.option)!r}{beside}: {why}")
+    return refusals
+
+
+def vllm_refused_rows(config: "VanillaConfig") -> list[tuple[Any, str, str]]:
+    """(row, the other option it is refused beside or "", why) for each refusal of the table this config meets."""
     used = [variant for variant in rows_of(config) if config.is_decoder or not variant.output_layer]
     options = {variant.option for variant in used}
-    refusals = [f"{variant.option}={getattr(config, variant.option)!r}: {variant.vllm_refusal}"
-                for variant in used if variant.vllm_refusal]
-    return refusals + [
-        f"{variant.option}={getattr(config, variant.option)!r} with {other}={getattr(config, other)!r}: {why}"
-        for variant in used for other, why in variant.vllm_conflicts if other in options
-    ]
+    return [(variant, "", variant.vllm_refusal) for variant in used if variant.vllm_refusal] + [
+        (variant, other, why) for variant in used for other, why in variant.vllm_conflicts if other in options]
+
+
+def saved_head(config: "VanillaConfig") -> str:
+    """The class that saved this config's folder (the first of ``architectures``), or "" before any save."""
+    return (getattr(config, "architectures", None) or [""])[0]
 
 
 #: Where transformers' and hf_vanilla's own attention functions live; a function from elsewhere is an engine's.
@@ -181,21 +193,23 @@ def refuse_engine_options(config: "VanillaConfig", implementation: str | None) -
     if refusals:
         raise ValueError(
             f"attn_implementation={implementation!r} is a serving engine's attention (vLLM's): it cannot serve this "
-            f"model as configured, and would serve wrong numbers rather than fail. " + " | ".join(refusals) +
+            f"model as configured. " + " | ".join(refusals) +
             ". Serve it with transformers (generate / pipeline), or train a model without these options "
             "(docs/support-matrix.md lists what vLLM serves)."
         )
 
 
 def refuse_engine_classifier(config: "VanillaConfig") -> None:
-    """Before an engine's first label: a sequence classifier's pooling and head run in hf_vanilla's code only."""
+    """Before an engine's first label: vLLM builds VanillaForSequenceClassification for its own pooler and head (for
+    a folder saved by the sequence or the token classifier), whose pooling and head run in hf_vanilla's code only."""
     implementation = config._attn_implementation
-    if VLLM_CLASSIFIER_REFUSAL and is_engine_attention(implementation):  # declared in the table's file: "" serves
+    head = saved_head(config) or "VanillaForSequenceClassification"
+    why = VLLM_HEAD_REFUSALS.get(head, "")  # declared in the table's file: "" serves
+    if why and is_engine_attention(implementation):
         raise ValueError(
             f"attn_implementation={implementation!r} is a serving engine's attention (vLLM's): it cannot serve "
-            f"VanillaForSequenceClassification: {VLLM_CLASSIFIER_REFUSAL}. Classify with transformers (the model's "
-            "forward or pipeline('text-classification')), or serve the bare encoder as an embedding model "
-            "(docs/support-matrix.md lists what vLLM serves)."
+            f"{head}: {why}. Classify with transformers (the model's forward or a pipeline), or serve the bare "
+            "encoder as an embedding model (docs/support-matrix.md lists what vLLM serves)."
         )
 
 

@@ -154,15 +154,34 @@ class Variant:
         return dict(self.to_hf_conditions).get(target, "")
 
 
-_BIAS_IN_VLLM = "vLLM's attention takes queries, keys and values only: the additive bias would be dropped"
-_HEAD_IN_VLLM = "vLLM builds its own output layer (the projection, its bias, logit_scale)"
+#: What vLLM 0.32 does without each refusal, as `python scripts/vllm_check.py rows` measures it with that refusal alone
+#: lifted in a copy of the folder (docs/support-matrix.md quotes the run).
+_BIAS_IN_VLLM = ("vLLM's attention takes queries, keys and values only: it drops the additive bias and serves wrong "
+                 "numbers")
+_HEAD_IN_VLLM = ("vLLM builds its own output layer (the projection, its bias, logit_scale) and has no transform: it "
+                 "fails at load (\"There is no module or parameter named 'lm_head_transform' in "
+                 "TransformersForCausalLM\")")
+_NO_SCORE_IN_VLLM = ("it registers the head it finds (`classifier` or `score`) as `classifier`, and fails at load "
+                     "(\"There is no module or parameter named 'score' in TransformersForSequenceClassification\")")
 
 #: Why vLLM cannot serve a VanillaForSequenceClassification, of any family (it is refused when vLLM builds it).
 VLLM_CLASSIFIER_REFUSAL = (
-    "vLLM's Transformers backend classifies with its own pooler (the first token unless configured) and a head "
-    "it looks up as `classifier` or `score`, loading `score.weight` into neither and dropping `score.bias`: "
-    "hf_vanilla's pooling (classifier_pooling, pooler) and head would not run"
+    "vLLM's Transformers backend classifies with its own pooler and head, not hf_vanilla's (classifier_pooling, "
+    f"pooler, score): {_NO_SCORE_IN_VLLM}"
 )
+
+#: The classes a user saves that vLLM has no path for, and why, by name (refused when vLLM builds the model from a
+#: folder one of them saved). vLLM serves the others: a decoder's VanillaForCausalLM generates, and the bare model
+#: and VanillaForMaskedLM are embedding models (vLLM pools the encoder; a masked-LM folder's head is left unread).
+VLLM_HEAD_REFUSALS: dict[str, str] = {
+    "VanillaForSequenceClassification": VLLM_CLASSIFIER_REFUSAL,
+    "VanillaForTokenClassification": (
+        "vLLM's Transformers backend has no token classifier: it reads a folder saved by this class as a sequence "
+        f"classifier, and {_NO_SCORE_IN_VLLM}"),
+    "VanillaForQuestionAnswering": (
+        "vLLM's Transformers backend has no question-answering head: it reads this folder as a language model and "
+        "fails at load (\"There is no module or parameter named 'qa_outputs' in TransformersForCausalLM\")"),
+}
 
 #: Every to_hf target: the value each native model can be configured with (every native config names each of
 #: the shipped activations, T5's as ``feed_forward_proj``, gated or not).
@@ -291,7 +310,8 @@ VARIANTS: list[Variant] = [
             heads=(*_EVERY_FAMILY_HEADS, "VanillaForSeq2SeqLM"),
             active_fields=("num_decoder_layers",), pipeline_refusal="two lists of layers",
             vllm_refusal="vLLM serves hf_vanilla decoders (generation) and encoders (embedding) through its "
-                         "Transformers backend, not encoder-decoders",
+                         "Transformers backend, not encoder-decoders: it fails at load (\"Layer 0 dispatches "
+                         "attention from more than one module\")",
             to_hf=("bart", "marian", "t5"), engines=_every_engine_but(VLLM, PIPELINE_PARALLEL)),
     Variant("position_embedding_type", "sinusoidal", "fixed sinusoids added to the embeddings (the paper's)",
             active_fields=("position_offset", "sinusoidal_layout"), adds_to_embeddings=True, to_hf=("marian",),
@@ -395,7 +415,7 @@ VARIANTS: list[Variant] = [
     Variant("lm_head_transform", False, "the last hidden states go straight to the output projection",
             output_layer=True, to_hf=("llama", "gpt2", "bart", "marian", "t5"), engines=_EVERY_ENGINE),
     Variant("lm_head_transform", True, "dense + activation + norm before the output projection (BERT)",
-            parameters=True, output_layer=True, vllm_refusal=_HEAD_IN_VLLM + ": it skips the transform",
+            parameters=True, output_layer=True, vllm_refusal=_HEAD_IN_VLLM,
             to_hf=("bert",), engines=_every_engine_but(VLLM)),
 ]
 

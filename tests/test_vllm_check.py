@@ -1,11 +1,14 @@
-"""scripts/vllm_check.py and vllm_bench.py without vLLM: which folders they refuse, how they compare two engines,
-the reference side (transformers), the worker protocol, and the tables. vLLM itself (3.5 GB) stays out of the default suite."""
+"""hf_vanilla.tools.vllm_check and vllm_bench (scripts/vllm_check.py and vllm_bench.py are their doors) without
+vLLM: which folders they refuse, how they compare two engines, the reference side (transformers), the worker
+protocol, the plan of `rows` (one folder per row and class a user saves), the proof that each refusal is needed, and
+the tables. vLLM itself (3.5 GB) stays out of the default suite."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import math
+import re
 import signal
 import sys
 from pathlib import Path
@@ -14,23 +17,10 @@ import pytest
 import torch
 
 from hf_vanilla import VanillaConfig, VanillaForCausalLM, variants
+from hf_vanilla.tools import vllm_bench, vllm_check
 from tests.factories import config_for_row
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_script(name: str):
-    """scripts/NAME.py as the module NAME, as running it puts scripts/ first on the path (vllm_bench imports
-    vllm_check by name; dataclasses look their module up by name)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-vllm_check = load_script("vllm_check")
-vllm_bench = load_script("vllm_bench")
 
 Completion = vllm_check.Completion
 TINY = vllm_check.Shape(vocab=96, hidden=64, layers=2, heads=2, kv_heads=1, ffn=96, max_positions=64)
@@ -64,7 +54,7 @@ def test_an_encoder_is_servable_as_an_embedding_model_and_an_encoder_decoder_is_
     assert vllm_check.refusal(encoder) is None
     alibi_encoder = VanillaConfig.from_preset("tiny-bert", hidden_size=64, num_attention_heads=2,
                                               position_embedding_type="alibi").to_dict()
-    assert "bias would be dropped" in vllm_check.refusal(alibi_encoder)
+    assert "drops the additive bias" in vllm_check.refusal(alibi_encoder)
     seq2seq = VanillaConfig.from_preset("tiny-transformer", hidden_size=64, num_attention_heads=2).to_dict()
     reason = vllm_check.refusal(seq2seq)
     assert "architecture='encoder-decoder'" in reason and "not encoder-decoders" in reason
@@ -319,7 +309,7 @@ def test_arguments():
 
 
 # ----------------------------------------------------------------------------------------------
-# rows: one model per row, built from the table
+# rows: one model per (row, class a user saves), built from the table
 
 
 def folder_digest(folder: Path) -> str:
@@ -335,14 +325,28 @@ def row_models(tmp_path_factory):
     return {case.name: (case, vllm_check.build_case(case, folder, TINY)) for case in vllm_check.cases(TINY)}
 
 
-def test_rows_builds_every_row_of_the_table_and_a_classifier_of_each_family():
+def test_rows_builds_every_row_of_the_table_and_every_class_a_user_saves():
     cases = vllm_check.cases(TINY)
     shown = {(case.row.option, case.row.value) for case in cases if case.row is not None}
     assert shown == {(row.option, row.value) for row in variants.VARIANTS}
     encoders = {case.row.setting for case in cases if case.kind is vllm_check.ENCODER
                 and case.row.option == "position_embedding_type"}
     assert encoders == set(variants.values("position_embedding_type"))  # learned (BERT's), sinusoidal, none, RoPE...
-    assert {case.fields["architecture"] for case in cases if case.row is None} == {"encoder", "decoder"}
+    saved = {(case.fields["architecture"], case.head) for case in cases}
+    for family in ("encoder", "decoder"):  # every class of the family's architecture row, read from the table
+        assert {(family, head) for head in variants.row("architecture", family).heads} <= saved, family
+    assert ("encoder-decoder", "VanillaForSeq2SeqLM") in saved
+
+
+def test_the_masked_lm_carries_the_bert_presets_head_and_shows_every_output_layer_row():
+    masked = [case for case in vllm_check.cases(TINY) if case.head == "VanillaForMaskedLM"]
+    bert = VanillaConfig.from_preset("bert-base")
+    default = masked[0].kind.base
+    assert default["lm_head_transform"] is True and all(
+        default[row.option] == getattr(bert, row.option) for row in variants.VARIANTS if row.output_layer)
+    assert {(case.row.option, case.row.value) for case in masked} == {
+        (row.option, row.value) for row in variants.VARIANTS if row.output_layer}
+    assert all(case.runner == "pooling" and not case.refusals(TINY) for case in masked)  # served: an embedding model
 
 
 def test_each_row_s_model_differs_from_its_default_in_the_row_s_option_and_there_only():
@@ -353,7 +357,7 @@ def test_each_row_s_model_differs_from_its_default_in_the_row_s_option_and_there
             assert {k for k in case.fields if case.fields[k] != case.default.get(k)} == {option}, case.name
 
 
-def test_every_row_s_saved_model_is_its_own_and_carries_the_row_s_value(row_models):
+def test_every_model_is_its_own_saved_by_its_class_and_carries_the_row_s_value(row_models):
     """No two folders alike (the checker once certified seven copies of its default model as seven rows)."""
     digests = {name: folder_digest(folder) for name, (_, folder) in row_models.items()}
     assert len(set(digests.values())) == len(digests), [n for n in digests if list(digests.values()).count(digests[n]) > 1]
@@ -362,24 +366,38 @@ def test_every_row_s_saved_model_is_its_own_and_carries_the_row_s_value(row_mode
         assert config["architectures"] == [case.head], case.name
         if case.row is not None:
             assert config[case.row.option] == case.row.setting, case.name
-        if case.kind.runner == "pooling":
-            assert (folder / "tokenizer.json").is_file(), case.name
+        assert (folder / "tokenizer.json").is_file() == (case.runner != "generate"), case.name
+
+
+def declared_refusals() -> set[str]:
+    """Every refusal the table declares, by the name ``rows`` gives it."""
+    rows = {f"{row.option}={row.setting!r}" for row in variants.VARIANTS if row.vllm_refusal}
+    pairs = {f"{row.option}={row.setting!r} with {other}" for row in variants.VARIANTS for other, _ in row.vllm_conflicts}
+    return rows | pairs | {head for head, why in variants.VLLM_HEAD_REFUSALS.items() if why}
+
+
+def test_each_refusal_is_met_alone_in_some_model_and_no_model_meets_two():
+    """Lifting a refusal proves it needed only where no other refusal stops the copy."""
+    met = [[refusal.name for refusal in case.refusals(TINY)] for case in vllm_check.cases(TINY)]
+    assert all(len(names) <= 1 for names in met), [names for names in met if len(names) > 1]
+    assert {names[0] for names in met if names} == declared_refusals()
 
 
 def test_rows_expects_the_refusal_the_table_declares_and_service_otherwise(row_models):
     for case, folder in row_models.values():
-        words = vllm_check.expected_refusal(case, folder)
+        refusals = case.refusals(TINY)
         if case.row is not None and case.row.attention_bias:  # refused as vLLM names its attention, before any module
-            assert "attn_implementation='vllm' cannot be used with" in words, case.name
-        elif case.row is None:
-            assert words == variants.VLLM_CLASSIFIER_REFUSAL
-        elif not case.row.served_by_vllm and (case.kind is vllm_check.DECODER or not case.row.output_layer):
-            assert f"{case.row.option}={case.row.setting!r}: {case.row.vllm_refusal}" in words, case.name
+            assert "attn_implementation='vllm' cannot be used with" in refusals[0].words, case.name
+        elif case.head in variants.VLLM_HEAD_REFUSALS:
+            assert refusals[0].words == variants.VLLM_HEAD_REFUSALS[case.head], case.name
+        elif case.row is not None and not case.row.served_by_vllm and (
+                case.kind is vllm_check.DECODER or not case.row.output_layer):
+            assert refusals[0].words == case.row.vllm_refusal, case.name
         elif " with " in case.name:  # a combination the table refuses (lm_head_bias beside lm_head_scale)
-            assert " with " in words and dict(case.row.vllm_conflicts)[case.name.split(" with ")[1].split("=")[0]] \
-                in words, case.name
+            other = case.name.split(" with ")[1].split("=")[0]
+            assert refusals[0].words == dict(case.row.vllm_conflicts)[other], case.name
         else:
-            assert words == "" and vllm_check.refusal(json.loads((folder / "config.json").read_text())) is None, \
+            assert refusals == [] and vllm_check.refusal(json.loads((folder / "config.json").read_text())) is None, \
                 case.name
 
 
@@ -396,10 +414,11 @@ AttentionInterface.register("engine_like", engine_attention)
 seen = {}
 for folder in sys.argv[1:]:
     config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
-    auto = AutoModelForSequenceClassification if config.architectures[0].endswith("Classification") else AutoModel
     try:
         config._attn_implementation = "engine_like"  # as vLLM does before it builds the model
-        auto.from_config(config, trust_remote_code=True)
+        AutoModel.from_config(config, trust_remote_code=True)  # what vLLM builds first, for every class
+        if "Classification" in config.architectures[0]:  # and then, to classify, the sequence classifier
+            AutoModelForSequenceClassification.from_config(config, trust_remote_code=True)
         seen[folder] = "built"
     except ValueError as error:
         seen[folder] = str(error)
@@ -407,25 +426,110 @@ print(json.dumps(seen))
 """
 
 
-def test_a_lifted_copy_builds_where_the_folder_refuses(row_models, tmp_path):
-    """What `rows` serves to see each refusal's reason hold: the same model with the refusals lifted in its copy
-    of the table, built as an engine builds it, in a Python without hf_vanilla (as vLLM's)."""
+def engine_builds(folders: list[Path], tmp_path: Path) -> dict[str, str]:
+    """Each folder built as an engine builds it, in a Python without hf_vanilla (as vLLM's): "built" or the error."""
     from tests.factories import run_without_package
 
-    names = ["encoder classifier", "decoder: position_embedding_type='alibi'",
-             "decoder: lm_head_bias=True with lm_head_scale=0.5"]
-    folders = [str(row_models[name][1]) for name in names]
-    lifted = [str(vllm_check.lifted_copy(Path(folder))) for folder in folders]
-    script = ENGINE_BUILD.replace("sys.argv[1:]", repr(folders + lifted))
-    ran = run_without_package(script, tmp_path)
+    ran = run_without_package(ENGINE_BUILD.replace("sys.argv[1:]", repr([str(f) for f in folders])), tmp_path)
     assert ran.returncode == 0, ran.stderr
-    seen = json.loads(ran.stdout.strip().splitlines()[-1])
-    for name, folder, copy in zip(names, folders, lifted, strict=True):
-        assert vllm_check.expected_refusal(row_models[name][0], Path(folder), "engine_like") in seen[folder], name
-        if "alibi" in name:  # the bias stays refused: decided by the engine's function, which takes no position_bias
-            assert "has no `position_bias` parameter" in seen[copy]
-        else:
-            assert seen[copy] == "built", (name, seen[copy])
+    return json.loads(ran.stdout.strip().splitlines()[-1])
+
+
+def test_each_refusal_lifted_alone_builds_where_the_folder_refuses(row_models, tmp_path):
+    """What `rows` serves to prove each refusal needed: the same model with that refusal alone lifted in its copy
+    of the travelling files, built as an engine builds it. A bias scheme's refusal lifts with the rule that says it."""
+    refused = [(case, folder) for case, folder in row_models.values() if case.refusals(TINY)]
+    copies = [vllm_check.lifted_copy(folder, case.refusals(TINY)[0]) for case, folder in refused]
+    seen = engine_builds([folder for _, folder in refused] + copies, tmp_path)
+    for (case, folder), copy in zip(refused, copies, strict=True):
+        words = vllm_check.refusals_of(VanillaConfig.from_pretrained(folder), case.head, "engine_like")[0].words
+        assert words in seen[str(folder)], case.name
+        assert seen[str(copy)] == "built", (case.name, seen[str(copy)])
+
+
+def test_a_copy_stopped_by_a_second_refusal_proves_nothing(tmp_path):
+    """A model meeting two refusals, one lifted: the copy is still refused by the other, which `rows` must count
+    as not proven (it once counted such a copy, stopped by the bias rule, as a pass)."""
+    case = vllm_check.Case("two refusals", vllm_check.DECODER, None,
+                           {**vllm_check.DECODER.base, "position_embedding_type": "alibi", "lm_head_transform": True},
+                           {})
+    refusals = case.refusals(TINY)
+    assert [r.name for r in refusals] == ["position_embedding_type='alibi'", "lm_head_transform=True"]
+    folder = vllm_check.build_case(case, tmp_path, TINY)
+    copies = []
+    for index, refusal in enumerate(refusals):  # one copy per lifted refusal
+        copy = vllm_check.lifted_copy(folder, refusal)
+        copies.append(copy.rename(copy.with_name(f"{copy.name}-{index}")))
+    seen = engine_builds(copies, tmp_path)
+    for refusal, copy in zip(refusals, copies, strict=True):
+        failure = seen[str(copy)]
+        assert failure != "built" and refusal.words not in failure, refusal.name
+        assert vllm_check.lifted_outcome(failure, None) == vllm_check.NOT_PROVEN, refusal.name
+
+
+def test_what_a_lifted_copy_shows_proves_the_refusal_needed_only_when_vllm_itself_fails_or_serves_other_numbers():
+    vllm_failure = ("ValueError: There is no module or parameter named 'lm_head_transform' in "
+                    "TransformersForCausalLM. The available parameters ...")
+    assert vllm_check.lifted_outcome(vllm_failure, None) == vllm_check.FAILS
+    ours = f"ValueError: attn_implementation='vllm' is a serving engine's attention: {variants.VLLM_CLASSIFIER_REFUSAL}"
+    assert vllm_check.lifted_outcome(ours, None) == vllm_check.NOT_PROVEN
+    bias = vllm_check.refusals_of(vllm_check.row_config({**vllm_check.DECODER.base,
+                                                         "position_embedding_type": "relative"}), "")[0].words
+    assert vllm_check.lifted_outcome(bias, None) == vllm_check.NOT_PROVEN
+    assert vllm_check.lifted_outcome(None, exact=False) == vllm_check.WRONG
+    assert vllm_check.lifted_outcome(None, exact=True) == vllm_check.NOT_PROVEN  # served exactly: not needed
+
+
+def test_a_masked_lm_folder_loads_into_the_bare_model_as_vllm_maps_it(tmp_path):
+    """vLLM builds the bare model (AutoModel) for a masked-LM folder and drops the checkpoint keys its
+    ``_keys_to_ignore_on_load_unexpected`` patterns match; every other key must be a parameter of the bare model
+    (vLLM 0.32 failed at load: "There is no module or parameter named 'lm_head_transform'"). A decoder's bare model
+    must keep its head's keys: vLLM's language model loads lm_head from them."""
+    from safetensors import safe_open
+    from transformers import AutoModel
+
+    from hf_vanilla import VanillaForMaskedLM
+
+    for cls, preset, head_ignored in ((VanillaForMaskedLM, "tiny-bert", True), (VanillaForCausalLM, "tiny-gpt2", False)):
+        config = VanillaConfig.from_preset(preset, hidden_size=64, num_attention_heads=2, tie_word_embeddings=False)
+        folder = tmp_path / preset
+        cls(config).save_pretrained(folder)
+        bare = AutoModel.from_pretrained(folder)
+        with safe_open(folder / "model.safetensors", "pt") as weights:
+            keys = list(weights.keys())
+        patterns = [re.compile(pattern) for pattern in bare._keys_to_ignore_on_load_unexpected]
+        kept = [key for key in keys if not any(pattern.search(key) for pattern in patterns)]
+        own = {f"model.{name}" for name in bare.state_dict()}
+        head = [key for key in keys if key.startswith("lm_head")]
+        assert head and (set(head).isdisjoint(kept) if head_ignored else set(head) <= set(kept)), preset
+        if head_ignored:
+            assert set(kept) <= own, set(kept) - own
+    masked = VanillaForMaskedLM.from_pretrained(tmp_path / "tiny-bert")
+    bare = AutoModel.from_pretrained(tmp_path / "tiny-bert")
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():  # the embedding vLLM serves is the masked-LM's own encoder state
+        torch.testing.assert_close(bare(ids).last_hidden_state, masked.model(ids).last_hidden_state)
+
+
+def test_rows_passes_a_served_model_only_within_the_tolerance_the_docs_claim():
+    assert vllm_check.DEFAULT_ATOL <= 1e-4
+    assert vllm_check.parse_args(["rows"]).atol == vllm_check.DEFAULT_ATOL
+    beyond = vllm_check.compare_embeddings([[0.5, 1.0]], [[0.5 + 2 * vllm_check.DEFAULT_ATOL, 1.0]],
+                                           vllm_check.DEFAULT_ATOL)
+    assert not beyond.passed
+    deploying = (ROOT / "docs" / "deploying.md").read_text()
+    assert f"within {vllm_check.DEFAULT_ATOL:.0e}".replace("e-0", "e-") in deploying  # "within 1e-4"
+
+
+def test_the_count_says_what_was_served_and_how_each_refusal_was_proven():
+    R = vllm_check.RowResult
+    results = [R("a", "/a", "served", "", True, 3e-6), R("b", "/b", "served", "", False, 2e-3),
+               R("c", "/c", "x", "", True, None, vllm_check.FAILS), R("d", "/d", "y", "", True, None, vllm_check.WRONG),
+               R("e", "/e", "z", "", False, None, vllm_check.NOT_PROVEN)]
+    summary = vllm_check.rows_summary(results, 1e-4)
+    assert summary.startswith("3/5 models pass (5 distinct folders): 1/2 served within 0.0001 (worst 2.0e-03)")
+    assert "2/3 refusals proven needed by lifting each alone (1 fail at load, 1 serve wrong numbers, 1 not proven)" \
+        in summary
 
 
 def test_folders_given_relative_reach_the_worker_absolute(tmp_path, monkeypatch):
@@ -444,3 +548,15 @@ def test_a_vllm_log_line_is_quoted_without_its_prefix():
             "attention from more than one module")
     assert vllm_check.log_message(line) == "ValueError: Layer 0 dispatches attention from more than one module"
     assert vllm_check.log_message("ValueError: no prefix") == "ValueError: no prefix"
+    log = "\n".join(["(EngineCore pid=1) ERROR 12-06 05:56:02 [core.py:1510]     raise ValueError(msg)", line,
+                     "(EngineCore pid=1) ERROR 12-06 05:56:02 [core.py:1510] RuntimeError: Engine core "
+                     "initialization failed. See root cause above."])
+    assert vllm_check.failure_cause(log) == "ValueError: Layer 0 dispatches attention from more than one module"
+
+
+def test_the_scripts_are_doors_to_the_package():
+    for name in ("vllm_check", "vllm_bench"):
+        text = (ROOT / "scripts" / f"{name}.py").read_text()
+        assert len(text.splitlines()) < 100 and f"from hf_vanilla.tools.{name} import main" in text, name
+    worker = (ROOT / "hf_vanilla" / "tools" / "vllm_worker.py").read_text()
+    assert "hf_vanilla" not in re.sub(r'""".*?"""', "", worker, flags=re.S)  # runs under vLLM's venv, by path
