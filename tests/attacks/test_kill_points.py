@@ -36,6 +36,7 @@ from tests.test_train import TINY, corpus, text_files  # noqa: F401  (corpus is 
 #: that many places after it (0: the operation itself fails; 1: it was done, the next one was not).
 TELLING = {
     "new": [(r"hf_vanilla-journal\.json\..*\.tmp$", (1,)),  # the journal alone, before its first record
+            (r"/\.run\.json\.\w+\.tmp$", (0, 1)),  # run.json's first write: its temporary file renamed, and after
             (r"\.hf_vanilla-fresh-checkpoint-\d+/checkpoint-\d+$", (1,))],  # the first checkpoint placed, not committed
     "overwrite": [(r"\.hf_vanilla-fresh-checkpoint-\d+/checkpoint-\d+$", (1,))],
     "resume": [(r"\.hf_vanilla-fresh-checkpoint-\d+/checkpoint-\d+$", (1,))],
@@ -352,20 +353,23 @@ def test_train_refused_by_the_system_says_what_failed_first_and_the_next_command
     probe, _ = prepare(flow, templates, tmp_path / "probe")
     points = write_points(lambda: T.train("clm", probe, **options), [
         r"hf_vanilla-journal\.json\..*\.tmp", r"\.tokenizer\.json\..*\.tmp|fresh-\w*Tokenizer",
-        r"fresh-checkpoint-\d+/checkpoint", r"run\.json\..*\.tmp"])
+        r"fresh-checkpoint-\d+/checkpoint", r"run\.json\..*\.tmp",
+        # after the first checkpoint (issue 50.7): the second checkpoint's placement, and the curves at the end
+        rf"fresh-checkpoint-{options['max_steps']}/checkpoint", r"curves\.png"])
     for n in points:
         run_dir, outside = prepare(flow, templates, tmp_path / f"{flow}-{n}")
         users = users_state(run_dir, outside) if run_dir.exists() else None
-        old_run = (run_dir / "run.json").read_text() if flow == "overwrite" else None
+        before = snapshot(run_dir) if run_dir.exists() else None
         first, error = refused_from(n, code, lambda: T.train("clm", run_dir, **options))  # noqa: B023
         said = said_in_one_sentence(first, error, code)
         if (resumed := re.search(r"it continues from (checkpoint-\d+)", said)) is not None:
+            assert resumed.group(1) in visible_checkpoints(run_dir), f"{n}: {said}"
             T.train("clm", run_dir, **dict(options, resume=True))
             assert Path(json.loads((run_dir / "run.json").read_text())["resumed_from"]).name == resumed.group(1)
         else:
             assert "run the same command again" in said, said
-            if "is as this command found it" in said and old_run is not None:
-                assert (run_dir / "run.json").read_text() == old_run, f"{n}: {said}"
+            if "is as this command found it" in said:  # true of the whole folder, as the command left it
+                assert (snapshot(run_dir) if run_dir.exists() else None) == before, f"{n}: {said}"
             T.train("clm", run_dir, **options)
         assert json.loads((run_dir / "run.json").read_text())["status"] == "completed", f"{n}: {said}"
         if users is not None:
