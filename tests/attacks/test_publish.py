@@ -427,3 +427,24 @@ def test_a_png_text_chunk_that_does_not_inflate_is_not_published_unread(trained_
     (run / "curves.png").write_bytes(data[:-12] + png_chunk(b"zTXt", b"Comment\0\0" + bomb) + data[-12:])
     with pytest.raises(SecretInUploadError, match=r"curves.png PNG zTXt chunk 'Comment' \(it does not inflate"):
         push_run(run, "tester/bomb", api=FakeHfApi(), allow_changed=True)
+
+
+@pytest.mark.parametrize(("field", "value", "said"), [
+    ("auto_map", ["x"], "auto_map must be a JSON object or null, got a list"),
+    ("architectures", [["VanillaForCausalLM"]], r"architectures\[0\] must be a string, got a list"),
+    ("architectures", {"a": 1}, "architectures must be a list or null, got a JSON object"),
+    ("auto_map", {"AutoModel": 3}, "auto_map.AutoModel must be a string or a list, got an integer"),
+])
+def test_a_config_json_field_of_the_wrong_type_is_one_sentence_naming_it_before_anything_is_sent(
+    saved: Path, tmp_path: Path, field: str, value: object, said: str
+) -> None:
+    """Issue 50.5: ``auto_map`` or ``architectures`` of the wrong type ended a push in a traceback (or went up)."""
+    from hf_vanilla.errors import HfVanillaError
+
+    folder = copy_of(saved, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, field: value}))
+    api = FakeHfApi()
+    with pytest.raises(HfVanillaError, match=rf"config.json: {said}; set that field as transformers writes it"):
+        push_run(folder, "tester/typed", api=api)
+    assert "tester/typed" not in api.repos
