@@ -404,3 +404,26 @@ def test_convert_refused_by_the_system_at_any_write_says_so_and_the_next_command
         assert (out / "model.safetensors").is_file() and OutputFolder(out).changed() == [], f"{n}: {said}"
         no_bookkeeping_left(out)
         shutil.rmtree(out.parent)
+
+
+def test_convert_into_an_existing_folder_on_a_full_disk_says_the_step_and_the_next_command(native, tmp_path, monkeypatch):
+    """Issue 50.8: the code files transformers copies into a conversion (``shutil.copy``, through ``os.sendfile``)
+    failing on a full disk printed the raw ``[Errno 28] ... modeling_vanilla.py -> ...``."""
+    out, outside = prepare_conversion("overwrite", native, tmp_path / "full")
+    before = snapshot(out)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "sendfile", full)
+        patch.setattr(shutil, "_USE_CP_SENDFILE", True)
+        with pytest.raises(OSError) as refused:
+            convert_checkpoint(native, out, overwrite=True)
+    said = said_in_one_sentence(["modeling_vanilla.py"], refused.value, errno.ENOSPC)
+    assert "free some space, then run the same command again" in said, said
+    if "is as this command found it" in said:
+        assert snapshot(out) == before, said
+    convert_checkpoint(native, out, overwrite=True)  # the command it names
+    assert (out / "model.safetensors").is_file() and OutputFolder(out).changed() == []
+    no_bookkeeping_left(out)
