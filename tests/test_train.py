@@ -603,8 +603,8 @@ def test_resume_after_a_kill_while_the_tokenizer_was_written(reference_run, tmp_
     run_dir.mkdir()
     for name in ("run.json", ".hf_vanilla.json"):
         shutil.copy(reference_run[0] / name, run_dir / name)
-    (run_dir / "tokenizer.json").write_text('{"version": "1.0", "trunc')  # torn, no checkpoint yet
-    work = run_dir / ".hf_vanilla-fresh-PreTrainedTokenizerFast"  # the save's work folder, left by the kill
+    # torn in the save's work folder, left by the kill (no checkpoint yet); the name in the folder was never reached
+    work = run_dir / ".hf_vanilla-fresh-PreTrainedTokenizerFast"
     work.mkdir()
     (work / "tokenizer.json").write_text('{"version": "1.0", "trunc')
     result = T.train("clm", run_dir, **dict(reference_run[1], resume=True))

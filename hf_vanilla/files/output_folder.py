@@ -634,6 +634,7 @@ class OutputFolder:
         first. With ``commits`` that rename is the new write's commit (a checkpoint: the run has something to
         keep): the journal names the entry beforehand, so a kill right after the rename is recovered by keeping
         the write, never by deleting what is visibly in place; then the commit runs (:meth:`commit`)."""
+        self._keep_if_changed(name)
         final = self.declare(name)
         journal = self._journal()
         if commits and journal is not None and journal["phase"] == NEW:
@@ -648,6 +649,20 @@ class OutputFolder:
         if commits:
             self.commit()
         return final
+
+    def _keep_if_changed(self, name: str) -> Path | None:
+        """Move a recorded entry that changed since hf_vanilla wrote it (a checkpoint skipped as damaged, then saved
+        again by the resumed run) aside to a free name of its own, said in a warning, before a new one takes its
+        name: it is the user's from then on (unrecorded), nothing of it is lost. Returns where it went, or None."""
+        if not self.changed([name]):
+            return None
+        kept = next(self.path / f"{name}.changed-{n}" for n in range(1, 10_000)
+                    if not os.path.lexists(self.path / f"{name}.changed-{n}"))
+        with file_step("moving aside", self.path / name):
+            os.replace(self.path / name, kept)
+        logger.warning("%s changed since hf_vanilla wrote it (its seal no longer matches): kept as %s, which is yours "
+                       "now; a new %s takes its name", self.path / name, kept, name)
+        return kept
 
     def remove(self, name: str) -> None:
         """Delete one of hf_vanilla's own files or folders here: first renamed into a work folder (one atomic
