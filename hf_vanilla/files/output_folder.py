@@ -491,7 +491,8 @@ class OutputFolder:
             return
         if journal["phase"] == NEW:
             for path in self.own_files():
-                _remove(path)
+                if self._keep_if_changed(path.name) is None:  # one the user changed since is kept, under a printed name
+                    _remove(self._move_away(path.name))
             self._remove_work()
             self._write_journal(ASIDE, names, previous)  # the new files are gone: from here on, only put back
         for name in names:
@@ -673,13 +674,19 @@ class OutputFolder:
         if path not in self.own_files():
             raise FileNotFoundError(f"{path} is not one of hf_vanilla's own files; it is left alone")
         self._refuse_changed([name], "delete")
-        doomed = self.fresh(f"removing-{name}", create=False)
-        _remove(doomed)
-        with file_step("moving away to delete", path):
-            os.replace(path, doomed)
+        doomed = self._move_away(name)
         record = self.record() or {"files": {}}
         self._write_record({key: seal for key, seal in record["files"].items() if key != name})
         _remove(doomed)
+
+    def _move_away(self, name: str) -> Path:
+        """Rename ``name`` into a work folder to delete it there (one atomic step: never half deleted at its name,
+        where a half-deleted entry would differ from its seal); the work folder, which :meth:`recover` removes."""
+        doomed = self.fresh(f"removing-{name}", create=False)
+        _remove(doomed)
+        with file_step("moving away to delete", self.path / name):
+            os.replace(self.path / name, doomed)
+        return doomed
 
     def fresh(self, name: str, create: bool = True) -> Path:
         """An empty work folder inside this one (removed by :meth:`publish`, or by the next :meth:`recover`);

@@ -212,3 +212,16 @@ def test_an_output_dir_name_longer_than_a_file_name_may_be_is_one_sentence(corpu
     long = tmp_path / ("r" * 300)
     with pytest.raises(HfVanillaError, match=r"is 300 bytes long, more than the 255 a file name may have"):
         T.train("clm", long, **dict(TINY, data_files=text_files(corpus), max_steps=1))
+
+
+def test_undoing_an_uncommitted_write_keeps_a_file_of_it_the_user_changed(tmp_path):
+    """A new write that fails before its first checkpoint removes its own files; one the user changed meanwhile (its
+    seal no longer matches) is kept under a printed name instead."""
+    folder = OutputFolder(tmp_path / "run")
+    with folder.locked():
+        folder.begin(overwrite=False)
+        folder.write_text("README.md", "# the new run's card\n")
+        (folder.path / "README.md").write_text("# the new run's card\nmy notes\n")
+        folder.undo()
+    assert (folder.path / "README.md.changed-1").read_text() == "# the new run's card\nmy notes\n"
+    assert not (folder.path / "README.md").exists() and own_files(folder.path) == []
