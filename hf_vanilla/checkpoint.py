@@ -25,6 +25,7 @@ from . import modeling_vanilla
 from .configuration_vanilla import VanillaConfig, auto_map_for
 from .errors import HfVanillaError
 from .files.atomic import CONFIG_FILES, SAFE_WEIGHTS, SAFE_WEIGHTS_INDEX, atomic_write_bytes
+from .files.schema import ConfigFile, read_json
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +144,7 @@ def auto_map_modules(config_file: Path) -> list[str]:
     Entries that are not hf_vanilla's own (:func:`shipped_auto_map`) name no file: their code never travels."""
 
     try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
+        config = read_json(config_file, ConfigFile)
         auto_map = config.get("auto_map") or {}
         architecture = config.get("architecture", VanillaConfig.architecture)
         ours, foreign = _split_auto_map(architecture, auto_map)

@@ -592,6 +592,9 @@ def test_resume_skips_a_damaged_newest_checkpoint(reference_run, tmp_path, caplo
     with caplog.at_level("WARNING"):
         T.train("clm", run_dir, **dict(reference_run[1], resume=True))
     assert str(damaged) in caplog.text
+    # saved again by the resumed run: the changed one is kept under the name the warning prints (issue 50)
+    kept = run_dir / "checkpoint-6.changed-1"
+    assert f"kept as {kept}" in caplog.text and len((kept / "model.safetensors").read_bytes()) == 100
     assert json.loads((run_dir / "run.json").read_text())["resumed_from"].endswith("checkpoint-3")
     assert losses(run_dir) == losses(reference_run[0])  # resumed exactly from the good one
     reference, resumed = weights(reference_run[0]), weights(run_dir)
@@ -603,8 +606,8 @@ def test_resume_after_a_kill_while_the_tokenizer_was_written(reference_run, tmp_
     run_dir.mkdir()
     for name in ("run.json", ".hf_vanilla.json"):
         shutil.copy(reference_run[0] / name, run_dir / name)
-    (run_dir / "tokenizer.json").write_text('{"version": "1.0", "trunc')  # torn, no checkpoint yet
-    work = run_dir / ".hf_vanilla-fresh-PreTrainedTokenizerFast"  # the save's work folder, left by the kill
+    # torn in the save's work folder, left by the kill (no checkpoint yet); the name in the folder was never reached
+    work = run_dir / ".hf_vanilla-fresh-PreTrainedTokenizerFast"
     work.mkdir()
     (work / "tokenizer.json").write_text('{"version": "1.0", "trunc')
     result = T.train("clm", run_dir, **dict(reference_run[1], resume=True))

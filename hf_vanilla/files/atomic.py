@@ -174,7 +174,8 @@ def disk_full_error(error: BaseException, path: str | os.PathLike[str]) -> OSErr
     torch's writer reports a full disk as ``RuntimeError: [enforce fail at inline_container.cc] ...`` and
     safetensors as an I/O error string; both hide the cause.
     """
-    if isinstance(error, OSError) and (said := refused_by_the_system(error, "writing", path)) is not None:
+    named = getattr(error, "filename2", None) or getattr(error, "filename", None) or path  # a copy's: its destination
+    if isinstance(error, OSError) and (said := refused_by_the_system(error, "writing", named)) is not None:
         return said
     text = str(error)
     if "No space left on device" in text or "file write failed" in text or "inline_container" in text:

@@ -41,10 +41,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import os
 import re
+import shlex
 import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -53,7 +53,16 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from ..errors import HfVanillaError, sentence
-from .atomic import atomic_write_json, atomic_write_text, file_step, fsync_path, make_shareable
+from .atomic import (
+    NAME_MAX,
+    atomic_write_json,
+    atomic_write_text,
+    clear_disk_errors,
+    file_step,
+    fsync_path,
+    make_shareable,
+)
+from .schema import InvalidFileError, JournalFile, RecordFile, RunFile, parse_json, read_json
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +82,7 @@ OLDER_RUN_FILE = re.compile(
     r"run\.json|README\.md|metrics\.json|curves\.png|trainer_state\.json|training_args\.bin|config\.json"
     r"|generation_config\.json|model\.safetensors(\.index\.json)?|model-\d{5}-of-\d{5}\.safetensors"
     r"|tokenizer\.json|tokenizer_config\.json|special_tokens_map\.json|chat_template\.jinja"
-    r"|(configuration|modeling)_vanilla\.py|positional\.py|checkpoint-\d+")
+    r"|(configuration|modeling)_vanilla\.py|positional\.py|checkpoint-\d+", re.ASCII)
 
 #: What each kind of folder is called in messages, and the option that writes it again.
 KINDS = {"run": ("a training run", "hf-vanilla train"), "conversion": ("a converted model", "hf-vanilla convert"),
@@ -93,7 +102,7 @@ DECLARED_NAMES = {
         r"run\.json|README\.md|metrics\.json|curves\.png|trainer_state\.json|training_args\.bin|main_job\.json|runs"
         r"|config\.json|generation_config\.json|model\.safetensors(\.index\.json)?|model-\d{5}-of-\d{5}\.safetensors"
         r"|tokenizer\.json|tokenizer_config\.json|special_tokens_map\.json|added_tokens\.json|chat_template\.jinja"
-        r"|tokenizer\.model|vocab\.json|vocab\.txt|merges\.txt|checkpoint-\d+|" + CODE_FILE),
+        r"|tokenizer\.model|vocab\.json|vocab\.txt|merges\.txt|checkpoint-\d+|" + CODE_FILE, re.ASCII),
     "conversion": re.compile(r"[^.].*", re.DOTALL),
     "experiments": re.compile(r"[\w-]+\.(png|md|json)"),
 }
@@ -107,6 +116,12 @@ ADDED_TO = ("experiments",)
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
+#: An atomic write's temporary file beside its target, as ``tempfile.mkstemp`` names it (:func:`.atomic.atomic_write_bytes`).
+_OLDER_TEMPORARY = re.compile(r"\.(.+)\.[a-z0-9_]{8}\.tmp", re.ASCII | re.DOTALL)
+
+#: A Trainer checkpoint's name: ASCII digits only (``checkpoint-٣`` is not one; ``int()`` would read it as 3).
+CHECKPOINT = re.compile(r"checkpoint-[0-9]+", re.ASCII)
+
 
 class UntrustedRecordError(HfVanillaError, ValueError):
     """The folder's record (or journal) is not one hf_vanilla wrote: a link, not JSON, or naming paths."""
@@ -116,8 +131,21 @@ class ChangedFileError(HfVanillaError, FileExistsError):
     """A file hf_vanilla wrote was changed since (its size or sha256 differs from its record)."""
 
 
+class OutputPathError(HfVanillaError, ValueError):
+    """An output folder's path that no filesystem takes (a name longer than :data:`.atomic.NAME_MAX` bytes)."""
+
+
 class FolderBusyError(HfVanillaError, RuntimeError):
     """Another process is writing this folder."""
+
+
+def check_name_lengths(path: Path) -> None:
+    """Refuse, in one sentence, a folder path with a name longer than a file name may be (the system would say
+    "File name too long" from deep inside the first call that touches it)."""
+    for part in path.parts:
+        if (size := len(os.fsencode(part))) > NAME_MAX:
+            raise OutputPathError(f"{path}: the name {part[:24]}... is {size} bytes long, more than the {NAME_MAX} a "
+                                  "file name may have: choose a shorter name for the output folder")
 
 
 def own_files(folder: str | os.PathLike[str]) -> list[Path]:
@@ -158,7 +186,7 @@ class OutputFolder:
         """The folder's record (None when hf_vanilla never wrote here), its ``files`` a dict: name -> its seal
         (``{"size", "sha256"}``) or None (declared, not yet written; or recorded by an hf_vanilla before seals).
         A record hf_vanilla cannot have written is :class:`UntrustedRecordError` (see the module's docstring)."""
-        record = _read_own_json(self.path / RECORD)
+        record = _read_own_json(self.path / RECORD, RecordFile)
         if record is None:
             return None
         problem, record = _validated(record)
@@ -197,9 +225,21 @@ class OutputFolder:
                 "(size or sha256 differs from its record)"] * bool(changed) + [
             f"{', '.join(unknown)} carr{'ies' if len(unknown) == 1 else 'y'} no seal in its record (an older "
             "hf_vanilla's)"] * bool(unknown)
-        raise ChangedFileError(f"{self.path}: {' and '.join(said)}, so it may hold your edits and hf_vanilla will not "
-                               f"{doing} it: move it out of the folder (it is then yours) or put back what hf_vanilla "
-                               "wrote, then run the same command again; nothing was changed")
+        kept = [shlex.quote(str(self.path / name)) for name in changed + unknown]
+        keep = " && ".join(f"mv {path} {path}.mine" for path in kept)
+        it, is_ = ("it", "it is") if len(kept) == 1 else ("them", "they are")
+        raise ChangedFileError(f"{self.path}: {' and '.join(said)}, so {it} may hold your edits and hf_vanilla will "
+                               f"not {doing} {it}: keep {it} under another name (`{keep}`: {is_} then yours and "
+                               "stays) or put back what hf_vanilla wrote, then run the same command again; nothing "
+                               "was changed")
+
+    def check_unchanged(self, names: Iterable[str], doing: str = "replace") -> None:
+        """Refuse (:class:`ChangedFileError`, one sentence naming the file and the ``mv`` that keeps it) before any
+        of ``names`` that is recorded here is replaced or deleted while its bytes differ from its seal: the user
+        changed it since hf_vanilla wrote it. Every writer into a folder of ours calls this (through :meth:`claim`,
+        :meth:`remove`, :meth:`begin`) before it replaces or deletes a recorded file; a writer of its own (a script
+        writing an output again) calls it too."""
+        self._refuse_changed(names, doing)
 
     def is_ours(self) -> bool:
         """Whether hf_vanilla wrote this folder as this kind."""
@@ -229,6 +269,7 @@ class OutputFolder:
         continues only a folder of its own kind). What a killed writer left half done is recovered first
         (:meth:`recover`, under the lock), so the folder is judged as it stands, never by our own journal."""
         what = KINDS[self.kind][0]
+        check_name_lengths(self.path)
         if self.path.is_symlink() and not self.path.exists():
             raise FileNotFoundError(f"{self.path} is a symbolic link to {os.readlink(self.path)}, which does not "
                                     "exist: create that folder, or choose another output folder")
@@ -258,6 +299,9 @@ class OutputFolder:
             raise FileExistsError(self._not_ours_message(overwrite=overwrite, resume=resume))
         if overwrite and not resume:  # said now, before anything is loaded; begin() says it again under the lock
             self._refuse_changed([path.name for path in self.own_files()], "replace")
+        if resume:  # a resumed run writes its model, tokenizer, records and card again; its checkpoints it only adds
+            self._refuse_changed([path.name for path in self.own_files() if not CHECKPOINT.fullmatch(path.name)],
+                                 "replace")
         if not (overwrite or resume):
             how = "pass --resume to continue it, or --overwrite to start again" if self.kind == "run" else \
                 "pass --overwrite to replace it"
@@ -267,7 +311,18 @@ class OutputFolder:
     def _left_by_a_killed_writer(self) -> bool:
         """Whether the folder holds hf_vanilla's bookkeeping that only a write cut short leaves (a journal, a
         folder of moved-aside files, a work folder, a temporary file)."""
-        return any(_is_ours_by_name(p.name) and p.name not in (RECORD, LOCK) for p in self.path.iterdir())
+        return any(_is_ours_by_name(p.name) and p.name not in (RECORD, LOCK) for p in self.path.iterdir()) \
+            or bool(self._stray_temporaries())
+
+    def _stray_temporaries(self) -> list[Path]:
+        """The temporary files an hf_vanilla before work folders left beside a recorded name when it was killed
+        in an atomic write (``.run.json.k3x9q_2a.tmp``: ``tempfile``'s 8 random characters): only ever its own."""
+        try:
+            recorded = set((self.record() or {"files": {}})["files"])
+        except UntrustedRecordError:
+            return []
+        found = (_OLDER_TEMPORARY.fullmatch(p.name) for p in self.path.glob(".*.tmp"))
+        return sorted(self.path / match.group(0) for match in found if match and match.group(1) in recorded)
 
     def _older_run_files(self) -> list[str] | None:
         """The files of a run an hf_vanilla without records wrote, when the folder holds nothing else: a run.json
@@ -276,8 +331,8 @@ class OutputFolder:
         if any(p.is_symlink() or not OLDER_RUN_FILE.fullmatch(p.name) for p in entries):
             return None
         try:
-            names_a_task = "task" in json.loads((self.path / "run.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError, TypeError):
+            names_a_task = "task" in read_json(self.path / "run.json", RunFile)
+        except (OSError, ValueError):
             return None
         has_checkpoint = any(p.name.startswith("checkpoint-") and (p / "trainer_state.json").is_file() for p in entries)
         return sorted(p.name for p in entries) if names_a_task and has_checkpoint else None
@@ -351,6 +406,7 @@ class OutputFolder:
         """Finish what a killed writer left half done, by its journal (see the module's docstring); remove its
         work folders. Returns what was done, in words (also for a log line)."""
         done = []
+        strays = self._stray_temporaries()  # named by the record, which the journal's ending may replace
         if (self.path / DISCARDED).exists():
             _remove(self.path / DISCARDED)
             done.append(f"deleted {DISCARDED}/, the files an interrupted --overwrite had already replaced")
@@ -360,6 +416,8 @@ class OutputFolder:
             self._finish(journal)
             done.append(said)
         self._remove_work()
+        for stray in strays:
+            _remove(stray)
         real = self.path.resolve()
         for old in sorted(real.parent.glob(f".{real.name}.replaced-*")):  # outside the folder: reported, not touched
             done.append(f"{old} holds the files of a run an interrupted --overwrite of an older hf_vanilla moved "
@@ -433,7 +491,8 @@ class OutputFolder:
             return
         if journal["phase"] == NEW:
             for path in self.own_files():
-                _remove(path)
+                if self._keep_if_changed(path.name) is None:  # one the user changed since is kept, under a printed name
+                    _remove(self._move_away(path.name))
             self._remove_work()
             self._write_journal(ASIDE, names, previous)  # the new files are gone: from here on, only put back
         for name in names:
@@ -468,7 +527,7 @@ class OutputFolder:
                 "is as it found it")
 
     def _journal(self) -> dict[str, Any] | None:
-        journal = _read_own_json(self.path / JOURNAL)
+        journal = _read_own_json(self.path / JOURNAL, JournalFile)
         if journal is None:
             return None
         names = journal.get("names") if isinstance(journal, dict) else None
@@ -528,6 +587,7 @@ class OutputFolder:
             raise FileExistsError(f"{', '.join(taken)} in {self.path} {'is' if len(taken) == 1 else 'are'} not "
                                   "hf_vanilla's own (or a symbolic link), and hf_vanilla replaces only files it "
                                   "wrote: move them elsewhere, then run the same command again")
+        self._refuse_changed([name for name in names if os.path.lexists(self.path / name)], "replace")
         self.add(names)  # a name of ours written again (a resumed run re-saving a torn file) is this write's
 
     def seal(self, names: Iterable[str]) -> None:
@@ -543,11 +603,15 @@ class OutputFolder:
 
     @contextlib.contextmanager
     def writing(self, name: str) -> Iterator[Path]:
-        """:meth:`declare` ``name`` (refused if it is the user's or changed since), yield its path to write, then
-        :meth:`seal` it: the one way a file of ours is written at the folder's top by a caller."""
-        path = self.declare(name)
-        yield path
-        self.seal([name])
+        """:meth:`declare` ``name`` (refused if it is the user's or changed since), yield a path in a work folder
+        to write it to, then put it in place with one rename and :meth:`seal` it (:meth:`publish`): the one way a
+        file of ours is written at the folder's top by a caller. Never in place: the old file's bytes stay with
+        any other name it has (a hard-link backup), and a kill leaves only the work folder, which
+        :meth:`recover` removes."""
+        self.declare(name)
+        work = self.fresh(f"writing-{name}")
+        yield work / name
+        self.publish(work)
 
     def write_text(self, name: str, text: str) -> Path:
         """``text`` as ``name``, atomically, declared and sealed (:meth:`writing`)."""
@@ -571,6 +635,7 @@ class OutputFolder:
         first. With ``commits`` that rename is the new write's commit (a checkpoint: the run has something to
         keep): the journal names the entry beforehand, so a kill right after the rename is recovered by keeping
         the write, never by deleting what is visibly in place; then the commit runs (:meth:`commit`)."""
+        self._keep_if_changed(name)
         final = self.declare(name)
         journal = self._journal()
         if commits and journal is not None and journal["phase"] == NEW:
@@ -586,6 +651,20 @@ class OutputFolder:
             self.commit()
         return final
 
+    def _keep_if_changed(self, name: str) -> Path | None:
+        """Move a recorded entry that changed since hf_vanilla wrote it (a checkpoint skipped as damaged, then saved
+        again by the resumed run) aside to a free name of its own, said in a warning, before a new one takes its
+        name: it is the user's from then on (unrecorded), nothing of it is lost. Returns where it went, or None."""
+        if not self.changed([name]):
+            return None
+        kept = next(self.path / f"{name}.changed-{n}" for n in range(1, 10_000)
+                    if not os.path.lexists(self.path / f"{name}.changed-{n}"))
+        with file_step("moving aside", self.path / name):
+            os.replace(self.path / name, kept)
+        logger.warning("%s changed since hf_vanilla wrote it (its seal no longer matches): kept as %s, which is yours "
+                       "now; a new %s takes its name", self.path / name, kept, name)
+        return kept
+
     def remove(self, name: str) -> None:
         """Delete one of hf_vanilla's own files or folders here: first renamed into a work folder (one atomic
         step, so no half-deleted entry is ever left at its name), dropped from the record, then deleted. A kill
@@ -595,13 +674,19 @@ class OutputFolder:
         if path not in self.own_files():
             raise FileNotFoundError(f"{path} is not one of hf_vanilla's own files; it is left alone")
         self._refuse_changed([name], "delete")
-        doomed = self.fresh(f"removing-{name}", create=False)
-        _remove(doomed)
-        with file_step("moving away to delete", path):
-            os.replace(path, doomed)
+        doomed = self._move_away(name)
         record = self.record() or {"files": {}}
         self._write_record({key: seal for key, seal in record["files"].items() if key != name})
         _remove(doomed)
+
+    def _move_away(self, name: str) -> Path:
+        """Rename ``name`` into a work folder to delete it there (one atomic step: never half deleted at its name,
+        where a half-deleted entry would differ from its seal); the work folder, which :meth:`recover` removes."""
+        doomed = self.fresh(f"removing-{name}", create=False)
+        _remove(doomed)
+        with file_step("moving away to delete", self.path / name):
+            os.replace(self.path / name, doomed)
+        return doomed
 
     def fresh(self, name: str, create: bool = True) -> Path:
         """An empty work folder inside this one (removed by :meth:`publish`, or by the next :meth:`recover`);
@@ -646,9 +731,10 @@ class OutputFolder:
             self.recover()
             self.begin(overwrite=overwrite)
             try:
-                work = self.fresh(self.kind)
-                yield work
-                self.publish(work)
+                with clear_disk_errors(self.path):  # a full disk in any writer of the block is said as such
+                    work = self.fresh(self.kind)
+                    yield work
+                    self.publish(work)
             except BaseException:
                 self.undo_after_failure()
                 raise
@@ -670,18 +756,21 @@ class OutputFolder:
 # Small helpers
 
 
-def _read_own_json(path: Path) -> Any:
-    """The JSON in one of hf_vanilla's bookkeeping files, None when absent; refused when it cannot be ours."""
+def _read_own_json(path: Path, schema: type) -> Any:
+    """The JSON in one of hf_vanilla's bookkeeping files, None when absent; refused when it cannot be ours (a link,
+    too large or deep, not JSON, a field not of ``schema``'s type: :func:`.schema.read_json`)."""
     if path.is_symlink():
         raise UntrustedRecordError(f"{path} is a symbolic link (to {os.readlink(path)}); hf_vanilla writes its "
                                    "record as a plain file and will neither trust nor rewrite a link: remove the "
                                    "link (the folder is then yours, and nothing in it hf_vanilla's)")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return read_json(path, schema)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as error:
-        raise UntrustedRecordError(f"{path} does not read as JSON ({error}); hf_vanilla did not write it and will "
+    except InvalidFileError as error:
+        raise UntrustedRecordError(str(error)) from None
+    except OSError as error:
+        raise UntrustedRecordError(f"{path} cannot be read ({error}); hf_vanilla did not write it and will "
                                    "neither trust nor rewrite it: restore it, or move it out of the folder") from None
 
 
@@ -709,8 +798,8 @@ def _validated(record: Any) -> tuple[str | None, dict[str, Any]]:
 def _record_text_is_valid(text: str, kind: str) -> bool:
     """Whether a record kept as text (in the journal) is one hf_vanilla can have written, of ``kind``."""
     try:
-        record = json.loads(text)
-    except ValueError:
+        record = parse_json(text, RECORD, RecordFile)
+    except InvalidFileError:
         return False
     problem, record = _validated(record)
     return problem is None and record.get("kind") == kind

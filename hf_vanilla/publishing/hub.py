@@ -41,6 +41,7 @@ from ..configuration_vanilla import AUTO_CLASSES, VanillaConfig
 from ..errors import HfVanillaError, refuse, sentence
 from ..files.atomic import is_model_file, is_weight_file
 from ..files.output_folder import ChangedFileError, OutputFolder
+from ..files.schema import ConfigFile, RunFile, read_json
 from .card import build_model_card, build_saved_model_card, note_edited_files
 from .public import QUOTED_FIELDS, local_paths, public_run_files, quoted_data
 from .push_cli import DEFAULT_TIMEOUT_S
@@ -204,7 +205,7 @@ def model_card_text(
     if existing is not None and text is existing and has_run_files:
         _check_kept_card(text, folder, publish_samples)
     if text is None:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        config = read_json(folder / "config.json", ConfigFile)
         # the card of a model saved without a run, naming the auto_map the push will upload
         text = str(build_saved_model_card(_with_auto_map(config) or config, repo_id))
     try:
@@ -232,8 +233,8 @@ def _check_kept_card(card: str, folder: Path, publish_samples: bool) -> None:
     """A README.md uploaded as it is (edited by hand, or ``--keep-card``) must not carry what the built public card
     leaves out: the run's local paths, or texts its samples quote from data that may be private. Refused, naming
     them, before anything is sent."""
-    run = json.loads((folder / "run.json").read_text(encoding="utf-8"))
-    metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
+    run = read_json(folder / "run.json", RunFile)
+    metrics = read_json(folder / "metrics.json")
     quoted_paths = [path for path in _QUOTED_PATH.findall(card) if Path(path).expanduser().exists()]
     named = {str(folder.resolve()), *local_paths(run), *local_paths(_saved_at(card) or ""), *quoted_paths}
     paths = sorted(path for path in named if len(path) > 1 and path in card)
@@ -258,7 +259,7 @@ def _check_kept_card(card: str, folder: Path, publish_samples: bool) -> None:
 
 def _check_run_dir(folder: Path, files: dict[str, Path]) -> None:
     if "config.json" not in files and "run.json" in files:  # stopped before it saved its model (--allow-incomplete)
-        check_model_saved(json.loads(files["run.json"].read_text(encoding="utf-8")), folder)
+        check_model_saved(read_json(files["run.json"], RunFile), folder)
     if "config.json" not in files:
         raise FileNotFoundError(
             f"{folder} has no config.json: is it a saved model or a training run directory?"
@@ -320,9 +321,9 @@ def _local_upload(folder: Path, include: Sequence[str], allow_incomplete: bool,
     plan = plan_upload(folder, include)
     # How the run ended first: a run stopped before it saved its model has no config.json, and that is why.
     if "run.json" in plan.files and not allow_incomplete:
-        check_finished(json.loads(plan.files["run.json"].read_text(encoding="utf-8")), folder)
+        check_finished(read_json(plan.files["run.json"], RunFile), folder)
     _check_run_dir(folder, plan.files)
-    patched_config = _with_auto_map(json.loads(plan.files["config.json"].read_text(encoding="utf-8")))
+    patched_config = _with_auto_map(read_json(plan.files["config.json"], ConfigFile))
     operations: dict[str, Any] = dict(plan.files)
     if patched_config is not None:
         operations["config.json"] = (json.dumps(patched_config, indent=2, sort_keys=True) + "\n").encode()
@@ -372,10 +373,10 @@ def push_run(
     folder = Path(run_dir)
     # Everything that can be checked locally is, before the first request: a bad folder creates no repo.
     plan, operations, samples_note = _local_upload(folder, include, allow_incomplete, publish_samples)
-    weights = [name for name in operations if is_weight_file(name)]
-    # A credential first (it matters more than anything a card lacks): a README.md that may be kept is checked too.
+    # A credential first (it matters more than anything a card lacks), in every file, weights and images included,
+    # --allow-changed or not: a README.md that may be kept is checked too.
     readme = {CARD_FILE: folder / CARD_FILE} if rebuild_card is not True and (folder / CARD_FILE).is_file() else {}
-    refuse_secrets({**operations, **readme}, binary=weights)
+    refuse_secrets({**operations, **readme})
     edited = edited_files(folder, plan, rebuild_card, allow_changed)
     card = model_card_text(folder, repo_id, rebuild_card=rebuild_card, publish_samples=publish_samples)
     card = note_edited_files(card, edited) if edited else card
@@ -416,8 +417,8 @@ def _public_run_files(operations: dict[str, Any], publish_samples: bool) -> str 
     ``publish_samples``) in ``operations``; say what data the published samples quote. Returns what was left out."""
     if "run.json" not in operations or "metrics.json" not in operations:
         return None
-    run = json.loads(Path(operations["run.json"]).read_text(encoding="utf-8"))
-    metrics = json.loads(Path(operations["metrics.json"]).read_text(encoding="utf-8"))
+    run = read_json(operations["run.json"], RunFile)
+    metrics = read_json(operations["metrics.json"])
     public_run, public_metrics = public_run_files(run, metrics, samples=publish_samples)
     for name, record in (("run.json", public_run), ("metrics.json", public_metrics)):
         operations[name] = (json.dumps(record, indent=2) + "\n").encode()

@@ -9,13 +9,13 @@ before huggingface_hub and torch load.
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..files.output_folder import OutputFolder
+from ..files.schema import RunFile, read_json
 
 #: Flags a finishing command leaves out (flag -> whether it always takes a value): ``--overwrite`` would start
 #: again, a ``--resume CHECKPOINT`` would go back to an older checkpoint, and a time limit would stop it short again.
@@ -126,7 +126,6 @@ def own_run_record(folder: Path) -> dict[str, Any] | None:
     if "run.json" not in {path.name for path in OutputFolder(folder).own_files()}:
         return None
     try:
-        run = json.loads((folder / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return read_json(folder / "run.json", RunFile)  # an invalid field is one sentence naming it
+    except OSError:
         return None
-    return run if isinstance(run, dict) else None

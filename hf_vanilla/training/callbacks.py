@@ -1,4 +1,4 @@
-"""Trainer callbacks of a run: the NaN guard, the step timer, the time limit and Ctrl-C."""
+"""Trainer callbacks of a run: the NaN guard, the step timer, the time limit, Ctrl-C and the tracker logs' seal."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import time
 
 import torch
 from transformers import TrainerCallback
+
+from ..files.output_folder import OutputFolder
 
 logger = logging.getLogger(__name__)
 
@@ -149,3 +151,25 @@ class StopOnInterrupt(TrainerCallback):
             signal.signal(signal.SIGINT, self._previous)
             self._previous = None
 
+
+
+class SealTrackerLogs(TrainerCallback):
+    """Seal the run's TensorBoard folder (``runs/``) each time TensorBoard has written to it: after its flush at each
+    log, at each checkpoint and after it closes at the end (callbacks run in order; the reporting ones first). A file
+    the user adds there afterwards then differs from the seal, and no later command of the run deletes it."""
+
+    def __init__(self, folder: OutputFolder, name: str) -> None:
+        self.folder, self.name = folder, name
+
+    def seal(self) -> None:
+        if (self.folder.path / self.name).is_dir():
+            self.folder.seal([self.name])
+
+    def on_log(self, args, state, control, **kwargs):
+        self.seal()
+
+    def on_save(self, args, state, control, **kwargs):
+        self.seal()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.seal()

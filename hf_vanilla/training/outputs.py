@@ -148,11 +148,12 @@ def read_outputs(run_dir: Path) -> dict[str, Any] | None:
 
 def write_outputs(folder: OutputFolder, task: Task, *, metrics: dict, baseline: dict, samples: list, timings: dict,
                   done: dict, record: dict, log_history: list) -> None:
-    """metrics.json, run.json (completed), curves.png and the model card README.md, each named in the run's
-    record before it is written."""
+    """metrics.json, curves.png, the model card README.md and last run.json (completed), each named in the run's
+    record before it is written. run.json says completed only once every other output is this run's: a run that
+    fails before (a full disk) is finished by --resume, never taken as finished beside an older run's card."""
     folder.write_json("metrics.json", {"task": task.name, **done, "metrics": metrics, "baseline": baseline,
                                        "timing": timings, "samples": samples})
-    write_run_record(folder, record)
     with folder.writing("curves.png") as path:
         plot_training_curves(log_history, task=task.name, baseline=baseline, path=path)
     folder.write_text("README.md", build_model_card(folder.path).content)
+    write_run_record(folder, record)

@@ -34,7 +34,7 @@ from ..presets import PRESETS, preset_fields
 from ..tasks import Task, get_task
 from . import rundir
 from .averaging import average_if_better
-from .callbacks import NonFiniteLossGuard, StepTimer, StopOnInterrupt, TimeLimit
+from .callbacks import NonFiniteLossGuard, SealTrackerLogs, StepTimer, StopOnInterrupt, TimeLimit
 from .options import SIZE_PRESETS, TrainOptions, check_attention_kernel, check_init_from, make_options
 from .outputs import (
     UNTIMED,
@@ -181,10 +181,10 @@ def run_in_folder(task: Task, folder: OutputFolder, opts: TrainOptions, extra_ca
                                example_unit=task.example_unit(opts))
             total_steps = plan_steps(len(data["train"]), opts, state.num_processes)
             args = training_arguments(task, run_dir, opts, total_steps, model.config.hidden_size, use_cpu)
-            callbacks = RunCallbacks.make(opts, extra_callbacks)
-            if is_main:
-                claim_tracker_logs(folder, opts)
+            logs = claim_tracker_logs(folder, opts) if is_main else None
+            callbacks = RunCallbacks.make(opts, extra_callbacks, SealTrackerLogs(folder, logs) if logs else None)
             trainer = make_trainer(task, model, args, tokenizer, data, opts, callbacks.all())
+            trainer.output_folder = folder  # its checkpoints commit this run's write (after_failure asks it)
             distributed_type = str(trainer.accelerator.distributed_type.value)
             record = dict(description=description, tokenizer=tokenizer, model=model, args=args,
                           world=state.num_processes, distributed_type=distributed_type, resumed_from=resume_from,
@@ -406,23 +406,28 @@ class RunCallbacks:
     interrupt: Any
     time_limit: Any | None
     extra: list
+    seal_logs: Any | None = None
 
     @classmethod
-    def make(cls, opts: TrainOptions, extra: list) -> RunCallbacks:
+    def make(cls, opts: TrainOptions, extra: list, seal_logs: Any | None = None) -> RunCallbacks:
         return cls(NonFiniteLossGuard(), StepTimer(), StopOnInterrupt(),
-                   TimeLimit(opts.time_limit_minutes) if opts.time_limit_minutes else None, list(extra))
+                   TimeLimit(opts.time_limit_minutes) if opts.time_limit_minutes else None, list(extra), seal_logs)
 
     def all(self) -> list:
-        return [c for c in (self.guard, self.timer, self.interrupt, self.time_limit, *self.extra)
+        return [c for c in (self.guard, self.timer, self.interrupt, self.time_limit, *self.extra, self.seal_logs)
                 if c is not None]
 
 
-def claim_tracker_logs(folder: OutputFolder, opts: TrainOptions) -> None:
+def claim_tracker_logs(folder: OutputFolder, opts: TrainOptions) -> str | None:
     """TensorBoard writes its event files under ``<output_dir>/runs/`` (transformers' default_logdir): the
-    run's own, named before the Trainer creates it."""
+    run's own, named before the Trainer creates it (refused if the user changed it since the run sealed it). Its
+    name, to seal as TensorBoard writes (:class:`.callbacks.SealTrackerLogs`), or None without TensorBoard."""
     trackers = {name.strip() for name in str(opts.report_to).split(",")}
-    if trackers & {"tensorboard", "all"}:
-        folder.claim([Path(default_logdir()).parts[0]])
+    if not trackers & {"tensorboard", "all"}:
+        return None
+    name = Path(default_logdir()).parts[0]
+    folder.claim([name])
+    return name
 
 
 def make_trainer(task: Task, model, args, tokenizer, data, opts: TrainOptions, callbacks: list):
@@ -604,9 +609,8 @@ def save_final_model(trainer, folder: OutputFolder, is_main: bool) -> None:
 
 
 def save_trainer_state(trainer, folder: OutputFolder, is_main: bool) -> None:
-    """The Trainer's trainer_state.json at the top of the run (the main process writes it, named first)."""
+    """The Trainer's trainer_state.json at the top of the run, written by the main process as every file of the run
+    is (named first, new bytes renamed over the old name): ``Trainer.save_state`` would write it in place."""
     if is_main:
-        with folder.writing(TRAINER_STATE_NAME):
-            trainer.save_state()
-    else:
-        trainer.save_state()
+        with folder.writing(TRAINER_STATE_NAME) as path:
+            trainer.state.save_to_json(str(path))

@@ -6,11 +6,11 @@ The run folder itself -- which files are the run's own, its lock, replacing an o
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from ..files.output_folder import FolderBusyError, OutputFolder
+from ..files.schema import RunFile, read_json
 
 RUN_RECORD = "run.json"
 
@@ -21,13 +21,16 @@ RunDirectoryBusyError = FolderBusyError
 def is_run_dir(path: Path) -> bool:
     """Whether ``path`` holds a run record naming a task (whose files are hf_vanilla's: ``OutputFolder.is_ours``)."""
     try:
-        return "task" in json.loads((path / RUN_RECORD).read_text(encoding="utf-8"))
-    except (OSError, ValueError, TypeError):
+        record = read_json(path / RUN_RECORD)  # too large, too deep or not JSON: one sentence (InvalidFileError)
+    except OSError:
         return False
+    return isinstance(record, dict) and "task" in record
 
 
 def read_record(run_dir: Path) -> dict[str, Any]:
-    return json.loads((run_dir / RUN_RECORD).read_text(encoding="utf-8"))
+    """run.json, checked against its declared schema (:class:`hf_vanilla.files.schema.RunFile`): an invalid value is
+    one sentence naming the file and the field."""
+    return read_json(run_dir / RUN_RECORD, RunFile)
 
 
 def update_status(run_dir: Path, status: str, **fields: Any) -> None:

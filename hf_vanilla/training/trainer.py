@@ -39,7 +39,7 @@ def trainer_classes() -> tuple[type, type]:
         """
 
         def _save_checkpoint(self, model, trial):  # type: ignore[override]
-            folder = OutputFolder(self._get_output_dir(trial=trial), "run")
+            folder = self._run_folder(trial)
             name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             work = folder.fresh(name, create=self.args.should_save)
             self.accelerator.wait_for_everyone()
@@ -59,6 +59,13 @@ def trainer_classes() -> tuple[type, type]:
                 shutil.rmtree(work, ignore_errors=True)
                 rotate_recorded(folder, self.args.save_total_limit, self.state.best_model_checkpoint)
             self.accelerator.wait_for_everyone()
+
+        def _run_folder(self, trial) -> OutputFolder:
+            """The run's own folder object when the run gave one (its first checkpoint commits the run's write, and
+            the run must know it), else one for the output folder."""
+            given = getattr(self, "output_folder", None)
+            path = Path(self._get_output_dir(trial=trial))
+            return given if given is not None and given.path == path else OutputFolder(path, "run")
 
         def _get_eval_sampler(self, eval_dataset):
             # transformers 5.24 also groups *evaluation* batches by length when training does, so predict()
@@ -164,7 +171,7 @@ def checkpoint_step(checkpoint: Path) -> int:
 def recorded_checkpoints(run_dir: Path) -> list[Path]:
     """The run's ``checkpoint-N`` folders, oldest first: those its record lists (a folder of the user's named
     like one, ``checkpoint-3-best`` or even ``checkpoint-4``, is not the run's)."""
-    name = re.compile(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)")
+    name = re.compile(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", re.ASCII)  # checkpoint-٣ is a name of the user's
     found = [path for path in own_files(run_dir) if path.is_dir() and name.fullmatch(path.name)]
     return sorted(found, key=lambda path: int(name.fullmatch(path.name).group(1)))
 

@@ -193,7 +193,7 @@ def test_a_record_hf_vanilla_cannot_have_written_is_refused_never_trusted_nor_re
     (run_dir / RECORD).write_text(record)
     (run_dir / "model.safetensors").write_text("mine")
     before = snapshot(run_dir)
-    with pytest.raises(UntrustedRecordError, match=rf"{RECORD} .*hf_vanilla did not write it and will neither "
+    with pytest.raises(UntrustedRecordError, match=rf"{RECORD}:? .*hf_vanilla did not write it and will neither "
                                                    "trust nor rewrite it: restore it, or move it out"):
         OutputFolder(run_dir).check(overwrite=True)
     with pytest.raises(UntrustedRecordError):
@@ -228,7 +228,7 @@ def test_a_recorded_file_changed_since_it_was_written_is_neither_replaced_nor_de
     path.write_text(text.upper() if edit != "longer" else text + "my notes\n")
     assert len(path.read_text()) == len(text) or edit == "longer"
     before = snapshot(run.path)
-    said = rf"{name} changed since hf_vanilla wrote it .*will not (replace|delete) it: move it out"
+    said = rf"{name} changed since hf_vanilla wrote it .*will not (replace|delete) it: keep it under another name \(`mv .*{name} .*{name}.mine`"
     with pytest.raises(ChangedFileError, match=said):
         OutputFolder(run.path).check(overwrite=True)
     with run.locked(), pytest.raises(ChangedFileError, match=said):

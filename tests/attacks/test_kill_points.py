@@ -36,6 +36,7 @@ from tests.test_train import TINY, corpus, text_files  # noqa: F401  (corpus is 
 #: that many places after it (0: the operation itself fails; 1: it was done, the next one was not).
 TELLING = {
     "new": [(r"hf_vanilla-journal\.json\..*\.tmp$", (1,)),  # the journal alone, before its first record
+            (r"/\.run\.json\.\w+\.tmp$", (0, 1)),  # run.json's first write: its temporary file renamed, and after
             (r"\.hf_vanilla-fresh-checkpoint-\d+/checkpoint-\d+$", (1,))],  # the first checkpoint placed, not committed
     "overwrite": [(r"\.hf_vanilla-fresh-checkpoint-\d+/checkpoint-\d+$", (1,))],
     "resume": [(r"\.hf_vanilla-fresh-checkpoint-\d+/checkpoint-\d+$", (1,))],
@@ -191,9 +192,10 @@ def train_sweep(flow: str, templates, tmp_path: Path, every: bool) -> int:
         except FileExistsError as refusal:
             assert flow == "new" and "pass --resume to continue it" in str(refusal), f"{at}: {refusal}"
             assert seen, f"{at}: refused a folder without a checkpoint: {refusal}"
-            T.train("clm", run_dir, **dict(options, resume=True))  # what the refusal says
+            result = T.train("clm", run_dir, **dict(options, resume=True))  # what the refusal says
             resumed = json.loads((run_dir / "run.json").read_text())["resumed_from"]
-            assert resumed and Path(resumed).name == seen[-1], f"{at}: resumed from {resumed}, not {seen[-1]}"
+            if not result.recorded:  # killed after its last output: --resume reports the run as it recorded itself
+                assert resumed and Path(resumed).name == seen[-1], f"{at}: resumed from {resumed}, not {seen[-1]}"
         run = json.loads((run_dir / "run.json").read_text())
         assert run["status"] == "completed", at
         assert json.loads((run_dir / "trainer_state.json").read_text())["global_step"] == options["max_steps"], at
@@ -352,20 +354,23 @@ def test_train_refused_by_the_system_says_what_failed_first_and_the_next_command
     probe, _ = prepare(flow, templates, tmp_path / "probe")
     points = write_points(lambda: T.train("clm", probe, **options), [
         r"hf_vanilla-journal\.json\..*\.tmp", r"\.tokenizer\.json\..*\.tmp|fresh-\w*Tokenizer",
-        r"fresh-checkpoint-\d+/checkpoint", r"run\.json\..*\.tmp"])
+        r"fresh-checkpoint-\d+/checkpoint", r"run\.json\..*\.tmp",
+        # after the first checkpoint (issue 50.7): the second checkpoint's placement, and the curves at the end
+        rf"fresh-checkpoint-{options['max_steps']}/checkpoint", r"curves\.png"])
     for n in points:
         run_dir, outside = prepare(flow, templates, tmp_path / f"{flow}-{n}")
         users = users_state(run_dir, outside) if run_dir.exists() else None
-        old_run = (run_dir / "run.json").read_text() if flow == "overwrite" else None
+        before = snapshot(run_dir) if run_dir.exists() else None
         first, error = refused_from(n, code, lambda: T.train("clm", run_dir, **options))  # noqa: B023
         said = said_in_one_sentence(first, error, code)
         if (resumed := re.search(r"it continues from (checkpoint-\d+)", said)) is not None:
+            assert resumed.group(1) in visible_checkpoints(run_dir), f"{n}: {said}"
             T.train("clm", run_dir, **dict(options, resume=True))
             assert Path(json.loads((run_dir / "run.json").read_text())["resumed_from"]).name == resumed.group(1)
         else:
             assert "run the same command again" in said, said
-            if "is as this command found it" in said and old_run is not None:
-                assert (run_dir / "run.json").read_text() == old_run, f"{n}: {said}"
+            if "is as this command found it" in said:  # true of the whole folder, as the command left it
+                assert (snapshot(run_dir) if run_dir.exists() else None) == before, f"{n}: {said}"
             T.train("clm", run_dir, **options)
         assert json.loads((run_dir / "run.json").read_text())["status"] == "completed", f"{n}: {said}"
         if users is not None:
@@ -400,3 +405,26 @@ def test_convert_refused_by_the_system_at_any_write_says_so_and_the_next_command
         assert (out / "model.safetensors").is_file() and OutputFolder(out).changed() == [], f"{n}: {said}"
         no_bookkeeping_left(out)
         shutil.rmtree(out.parent)
+
+
+def test_convert_into_an_existing_folder_on_a_full_disk_says_the_step_and_the_next_command(native, tmp_path, monkeypatch):
+    """Issue 50.8: the code files transformers copies into a conversion (``shutil.copy``, through ``os.sendfile``)
+    failing on a full disk printed the raw ``[Errno 28] ... modeling_vanilla.py -> ...``."""
+    out, outside = prepare_conversion("overwrite", native, tmp_path / "full")
+    before = snapshot(out)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "sendfile", full)
+        patch.setattr(shutil, "_USE_CP_SENDFILE", True)
+        with pytest.raises(OSError) as refused:
+            convert_checkpoint(native, out, overwrite=True)
+    said = said_in_one_sentence(["modeling_vanilla.py"], refused.value, errno.ENOSPC)
+    assert "free some space, then run the same command again" in said, said
+    if "is as this command found it" in said:
+        assert snapshot(out) == before, said
+    convert_checkpoint(native, out, overwrite=True)  # the command it names
+    assert (out / "model.safetensors").is_file() and OutputFolder(out).changed() == []
+    no_bookkeeping_left(out)

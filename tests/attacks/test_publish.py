@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
 import threading
+import zlib
 from pathlib import Path
 
 import huggingface_hub
@@ -21,6 +23,7 @@ from hf_vanilla.checkpoint import code_files
 from hf_vanilla.files.output_folder import ChangedFileError, OutputFolder
 from hf_vanilla.publishing.card import build_model_card
 from hf_vanilla.publishing.hub import model_card_text, plan_upload, push_run
+from hf_vanilla.publishing.secrets import SecretInUploadError
 from hf_vanilla.tasks import get_task
 from tests.factories import tiny_model, tiny_tokenizer
 from tests.hub_fixtures import FakeHfApi, copy_run
@@ -359,3 +362,89 @@ def test_an_unchanged_run_is_pushed_without_a_note(trained_run: Path, tmp_path: 
     api = FakeHfApi()
     push_run(copy_run(trained_run, tmp_path / "run"), "tester/clean", api=api)
     assert "Files edited after training" not in api.files("tester/clean")["README.md"].decode()
+
+
+# ----------------------------------------------------------------------------------------------
+# Secrets hidden in binary files (issue 50.4): every file a push would publish is scanned, with or without
+# --allow-changed
+
+FAKE_TOKEN = "hf_" + "Zq7xWv3TnB" * 3 + "k9"  # the shape of a Hugging Face token, not one
+
+
+def png_chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+def hide_in_png(path: Path, kind: str) -> None:
+    """A text chunk holding the token, put before the PNG's closing IEND chunk, as an image editor would."""
+    text = f"uploaded with {FAKE_TOKEN}".encode()
+    body = {"tEXt": b"Comment\0" + text,
+            "iTXt": b"Comment\0\0\0en\0\0" + text,
+            "iTXt compressed": b"Comment\0\1\0en\0\0" + zlib.compress(text),
+            "zTXt": b"Comment\0\0" + zlib.compress(text)}[kind]
+    data = path.read_bytes()
+    path.write_bytes(data[:-12] + png_chunk(kind[:4].encode(), body) + data[-12:])
+
+
+def hide_in_weights(path: Path, where: str) -> None:
+    from safetensors import safe_open
+
+    if where == "the safetensors metadata header":
+        with safe_open(str(path), "pt") as weights:
+            tensors = {name: weights.get_tensor(name) for name in weights.keys()}  # noqa: SIM118
+            metadata = weights.metadata()
+        save_file(tensors, path, metadata={**metadata, "note": FAKE_TOKEN})
+    else:  # a byte run in the tensor data (same size: the file still loads)
+        data = bytearray(path.read_bytes())
+        middle = len(data) // 2
+        data[middle:middle + len(FAKE_TOKEN) + 2] = b" " + FAKE_TOKEN.encode() + b" "
+        path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("where", ["tEXt", "iTXt", "iTXt compressed", "zTXt", "the safetensors metadata header",
+                                   "the tensor bytes"])
+def test_a_token_hidden_in_a_binary_file_is_refused_with_or_without_allow_changed(
+    trained_run: Path, tmp_path: Path, where: str
+) -> None:
+    run = copy_run(trained_run, tmp_path / "run")
+    name = "curves.png" if where.endswith("TXt") or "TXt " in where else "model.safetensors"
+    if name == "curves.png":
+        hide_in_png(run / name, where)
+    else:
+        hide_in_weights(run / name, where)
+    assert FAKE_TOKEN.encode() not in (run / name).read_bytes() or "compressed" not in where
+    api = FakeHfApi()
+    for allow_changed in (False, True):
+        with pytest.raises(SecretInUploadError, match=rf"refusing to push: {name} .*\(a Hugging Face token"):
+            push_run(run, "tester/hidden", api=api, allow_changed=allow_changed)
+    assert "tester/hidden" not in api.repos  # nothing was sent
+
+
+def test_a_png_text_chunk_that_does_not_inflate_is_not_published_unread(trained_run: Path, tmp_path: Path) -> None:
+    run = copy_run(trained_run, tmp_path / "run")
+    data = (run / "curves.png").read_bytes()
+    bomb = zlib.compress(b"\0" * (64 * 2**20))  # 64 MiB of zeros in about 64 KiB
+    (run / "curves.png").write_bytes(data[:-12] + png_chunk(b"zTXt", b"Comment\0\0" + bomb) + data[-12:])
+    with pytest.raises(SecretInUploadError, match=r"curves.png PNG zTXt chunk 'Comment' \(it does not inflate"):
+        push_run(run, "tester/bomb", api=FakeHfApi(), allow_changed=True)
+
+
+@pytest.mark.parametrize(("field", "value", "said"), [
+    ("auto_map", ["x"], "auto_map must be a JSON object or null, got a list"),
+    ("architectures", [["VanillaForCausalLM"]], r"architectures\[0\] must be a string, got a list"),
+    ("architectures", {"a": 1}, "architectures must be a list or null, got a JSON object"),
+    ("auto_map", {"AutoModel": 3}, "auto_map.AutoModel must be a string or a list, got an integer"),
+])
+def test_a_config_json_field_of_the_wrong_type_is_one_sentence_naming_it_before_anything_is_sent(
+    saved: Path, tmp_path: Path, field: str, value: object, said: str
+) -> None:
+    """Issue 50.5: ``auto_map`` or ``architectures`` of the wrong type ended a push in a traceback (or went up)."""
+    from hf_vanilla.errors import HfVanillaError
+
+    folder = copy_of(saved, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, field: value}))
+    api = FakeHfApi()
+    with pytest.raises(HfVanillaError, match=rf"config.json: {said}; set that field as transformers writes it"):
+        push_run(folder, "tester/typed", api=api)
+    assert "tester/typed" not in api.repos
