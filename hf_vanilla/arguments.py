@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .errors import REFUSED, HfVanillaError
+from .errors import REFUSED, HfVanillaError, sentence
 
 
 class BadArgumentError(HfVanillaError, ValueError):
@@ -56,11 +56,17 @@ def positive_number(text: str) -> float:
 
 def check_first(check: Callable[[argparse.Namespace], None],
                 work: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """A subcommand's ``func``: ``check(args)`` (stdlib only: it raises :class:`BadArgumentError`), then ``work``,
-    which imports the heavy libraries; so a bad argument is refused before they load."""
+    """A subcommand's ``func``: ``check(args)`` (stdlib only), then ``work``, which imports the heavy libraries; so a
+    bad argument is refused before they load, in one sentence (a ``ValueError``, ``OSError`` or ``KeyError`` of the
+    check's becomes :class:`BadArgumentError`)."""
 
     def run(args: argparse.Namespace) -> int:
-        check(args)
+        try:
+            check(args)
+        except (ValueError, OSError, KeyError) as error:
+            if isinstance(error, HfVanillaError):
+                raise
+            raise BadArgumentError(sentence(error)) from error
         return work(args)
 
     return run

@@ -191,6 +191,11 @@ def _bad_inputs(tmp: Path) -> dict[str, list[tuple[tuple[str, ...], tuple[str, .
     empty.mkdir()
     model.mkdir()
     (model / "config.json").write_text("{}")
+    edited, recorded = tmp / "edited", tmp / "recorded"
+    for folder, options in ((edited, ["not", "a", "mapping"]), (recorded, {"seed": 1})):
+        folder.mkdir()
+        (folder / "config.json").write_text("{}")
+        (folder / "run.json").write_text(json.dumps({"task": "clm", "options": options}))
     missing = str(tmp / "missing")
     train = ("train", "--task", "clm", "--output-dir", str(tmp / "run"))
     return {
@@ -239,6 +244,8 @@ def _bad_inputs(tmp: Path) -> dict[str, list[tuple[tuple[str, ...], tuple[str, .
             (("evaluate", missing), ("RUN", "no such folder")),
             (("evaluate", str(model)), ("RUN", "no run.json")),
             (("evaluate", str(model), "--batch-size", "x"), ("--batch-size", "invalid int value")),
+            (("evaluate", str(edited)), ("run.json", "options must be a JSON object", "got a list")),
+            (("evaluate", str(recorded), "--batch-size", str(10**9)), ("eval_batch_size", "at most 65536")),
         ],
     }
 

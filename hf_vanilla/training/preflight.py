@@ -85,6 +85,24 @@ def check_data_files(entries: Sequence[str]) -> None:
                                     "SPLIT=PATH (SPLIT one of train, validation, test)")
 
 
+def recorded_options(run_dir: Path, eval_batch_size: int | None = None) -> tuple[Task, TrainOptions]:
+    """The task and the resolved options a run's run.json records (``eval_batch_size`` over its own), checked as a
+    schema and against their ranges: what ``hf-vanilla evaluate`` refuses before anything loads."""
+    from ..tasks import get_task
+    from .options import check_ranges, options_from_record
+
+    if not (run_dir / rundir.RUN_RECORD).is_file():
+        raise FileNotFoundError(f"{run_dir} has no {rundir.RUN_RECORD}: evaluate needs a folder written by "
+                                "`hf-vanilla train`")
+    record = rundir.read_record(run_dir)
+    task = get_task(record["task"])
+    opts = options_from_record(record.get("options"), str(run_dir / rundir.RUN_RECORD)).resolved(task)
+    if eval_batch_size is not None:
+        opts.eval_batch_size = eval_batch_size
+        check_ranges(opts)
+    return task, opts
+
+
 def check_resume_checkpoint(resume: str | None) -> None:
     """``--resume CHECKPOINT`` names a folder (``--resume`` alone, "latest", finds the newest itself)."""
     if resume not in (None, "latest") and not Path(resume).is_dir():
