@@ -8,6 +8,7 @@ below), then imports the module that does the work.
 from __future__ import annotations
 
 import argparse
+import importlib
 from pathlib import Path
 
 from .arguments import (
@@ -145,14 +146,14 @@ def check_generate(args: argparse.Namespace) -> None:
 
 
 def check_evaluate(args: argparse.Namespace) -> None:
-    from .training.preflight import recorded_options  # the standard library and the run folder only
-
     fix = "give the folder `hf-vanilla train --output-dir` wrote"
     folder = model_folder(args.run_dir, "RUN", fix)
     if not (folder / "run.json").is_file():
         raise BadArgumentError(f"RUN {args.run_dir} holds no run.json, so it is no training run; {fix}")
     at_least(1, args, "batch_size")
-    recorded_options(folder, args.batch_size)  # its run.json checked as a schema, the batch against its range
+    # Its run.json checked as a schema, the batch against its range: named like the work, by the dispatch's rule
+    # (a subcommand's layer is entered when it runs), and light (the standard library and the run folder only).
+    importlib.import_module("hf_vanilla.training.preflight").recorded_options(folder, args.batch_size)
 
 
 def check_convert(args: argparse.Namespace) -> None:
