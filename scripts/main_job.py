@@ -45,6 +45,7 @@ from pathlib import Path
 
 import hf_vanilla  # this script registers the Auto classes itself, once its arguments are checked
 from hf_vanilla.arguments import OneSentenceParser, positive_number, whole_number_from
+from hf_vanilla.errors import HfVanillaError, sentence
 from hf_vanilla.files.output_folder import FolderBusyError, OutputFolder
 from hf_vanilla.publishing.unfinished import resume_command
 
@@ -62,16 +63,19 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:  # a run (or the user's files) there, one in progress, a --resume with other options: refused at once
         check_first(args)
-    except (FileExistsError, FolderBusyError, ValueError) as error:
-        print(f"main_job: {error}", file=sys.stderr)
+    except (HfVanillaError, FolderBusyError, OSError, ValueError) as error:
+        print(f"main_job: {sentence(error)}", file=sys.stderr)
         return 2
-    from hf_vanilla.training import TrainingInterruptedError  # torch loads from here on
+    from hf_vanilla.corpora import CorpusUnavailableError  # torch loads from here on
+    from hf_vanilla.training import TrainingDivergedError, TrainingInterruptedError
 
-    say_estimate(args)
     try:
+        say_estimate(args)
         result = run_job(args, resume_command(JOB_COMMAND, argv))
-    except (FileExistsError, FolderBusyError) as error:  # found again once the folder is locked (a race)
-        print(f"main_job: {error}", file=sys.stderr)
+    except (HfVanillaError, FolderBusyError, OSError, ValueError, CorpusUnavailableError, TrainingDivergedError) as error:
+        # what only the libraries judge (a --config value VanillaConfig refuses, no corpus offline, a race for the
+        # folder, a run that diverged): one sentence, as `hf-vanilla train` says it
+        print(f"main_job: {sentence(error)}", file=sys.stderr)
         return 2
     except TrainingInterruptedError as stop:  # Ctrl-C: where the checkpoint is and the command that goes on
         print(f"main_job: {stop}", file=sys.stderr)

@@ -380,3 +380,14 @@ def test_the_probe_times_steps_of_the_jobs_model():
     args = job.parse_args(["--config", tiny])
     seconds = job.probe_seconds_per_step(args, repeats=1)
     assert 0 < seconds < 60
+
+
+def test_a_config_value_only_the_model_can_judge_is_still_one_sentence_from_the_main_job(tmp_path, capsys):
+    """A --config value VanillaConfig refuses is known only once transformers loads (the estimate's probe builds the
+    model first): one sentence, exit 2, no traceback, nothing written."""
+    job = _main_job_module()
+    status = job.main(["--config", '{"norm_position": "sideways"}', "--output-dir", str(tmp_path / "run")])
+    said = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert status == 2 and said == ["main_job: VanillaConfig.norm_position='sideways' is not supported; choose one "
+                                    "of 'pre', 'post'."], said
+    assert not (tmp_path / "run").exists()
