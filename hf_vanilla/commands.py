@@ -16,6 +16,7 @@ from .arguments import (
     above_zero,
     at_least,
     check_first,
+    existing_folder,
     model_folder,
     writable_file,
     writable_folder,
@@ -147,9 +148,9 @@ def check_generate(args: argparse.Namespace) -> None:
 
 def check_evaluate(args: argparse.Namespace) -> None:
     fix = "give the folder `hf-vanilla train --output-dir` wrote"
-    folder = model_folder(args.run_dir, "RUN", fix)
-    if not (folder / "run.json").is_file():
+    if not (existing_folder(args.run_dir, "RUN", fix) / "run.json").is_file():
         raise BadArgumentError(f"RUN {args.run_dir} holds no run.json, so it is no training run; {fix}")
+    folder = model_folder(args.run_dir, "RUN", fix)
     at_least(1, args, "batch_size")
     # Its run.json checked as a schema, the batch against its range: named like the work, by the dispatch's rule
     # (a subcommand's layer is entered when it runs), and light (the standard library and the run folder only).
