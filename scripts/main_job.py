@@ -117,7 +117,7 @@ def say_estimate(args: argparse.Namespace) -> None:
     job's model), before the data and the tokenizer load: on a busy machine the job takes hours, not minutes."""
     steps = args.max_steps - (newest_checkpoint_step(Path(args.output_dir)) if args.resume else 0)
     if steps > 0:
-        print(estimate_line(probe_seconds_per_step(args), steps), file=sys.stderr, flush=True)
+        print(estimate_line(probe_seconds_per_step(args), steps), flush=True)  # stdout: news, not an error
 
 
 def newest_checkpoint_step(run_dir: Path) -> int:

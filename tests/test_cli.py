@@ -361,7 +361,7 @@ def test_the_main_job_prints_its_estimate_before_training_starts(tmp_path, monke
     monkeypatch.setattr(job, "probe_seconds_per_step", lambda args: probed.append(args.max_steps) or 0.3)
 
     def training_starts(args, finish_command=None):
-        raise SystemExit(f"training starts; said before: {capsys.readouterr().err!r}")
+        raise SystemExit(f"training starts; said before: {capsys.readouterr().out!r}")
 
     monkeypatch.setattr(job, "run_job", training_starts)
     with pytest.raises(SystemExit) as started:
