@@ -14,6 +14,7 @@ import importlib
 import sys
 
 from . import __version__, register
+from .arguments import OneSentenceParser
 from .errors import HfVanillaError, refuse
 from .extras import MissingExtraError
 
@@ -32,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The top-level parser; only ``command``'s module is imported (and adds its real parser)."""
-    parser = argparse.ArgumentParser(
+    parser = OneSentenceParser(  # its subcommands' parsers are of its class: every refusal in one sentence
         prog="hf-vanilla",
         description="The transformer of 'Attention Is All You Need' as Hugging Face models.",
     )

@@ -1,14 +1,26 @@
 """The arguments of the commands whose work needs torch: ``convert``, ``attention``, ``positions``, ``generate``, ``evaluate``.
 
-This module imports nothing heavy, so ``hf-vanilla COMMAND --help`` answers at once; each parser's ``func``
-imports the module that does the work only when the command runs.
+This module imports nothing heavy, so ``hf-vanilla COMMAND --help`` answers at once; each parser's ``func`` first
+refuses what the arguments and the file system alone refuse (a missing folder, a number out of range: ``check_*``
+below), then imports the module that does the work.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 from pathlib import Path
 
+from .arguments import (
+    BadArgumentError,
+    above_zero,
+    at_least,
+    check_first,
+    existing_folder,
+    model_folder,
+    writable_file,
+    writable_folder,
+)
 from .extras import load_when_run
 
 
@@ -34,7 +46,7 @@ def add_attention(subparsers: argparse._SubParsersAction) -> None:
     attention.add_argument("--max-tokens", type=int, metavar="N",
                            help="draw only the first N tokens of the text (and of --target); a text whose maps "
                            "would not fit in half the free memory is refused with the N that fits")
-    attention.set_defaults(func=load_when_run("hf_vanilla.tools.viz", "run_attention"))
+    attention.set_defaults(func=check_first(check_attention, load_when_run("hf_vanilla.tools.viz", "run_attention")))
 
 
 def add_positions(subparsers: argparse._SubParsersAction) -> None:
@@ -46,7 +58,7 @@ def add_positions(subparsers: argparse._SubParsersAction) -> None:
     )
     positions.add_argument("--out", required=True, type=Path, metavar="DIR", help="directory for the PNG files")
     positions.add_argument("--model", metavar="MODEL_DIR", help="size the pictures like this model (and draw its trained relative bias)")
-    positions.set_defaults(func=load_when_run("hf_vanilla.tools.viz", "run_positions"))
+    positions.set_defaults(func=check_first(check_positions, load_when_run("hf_vanilla.tools.viz", "run_positions")))
 
 
 def add_generate(subparsers: argparse._SubParsersAction) -> None:
@@ -72,7 +84,7 @@ def add_generate(subparsers: argparse._SubParsersAction) -> None:
     generate.add_argument("--return-full-text", action=argparse.BooleanOptionalAction, default=True,
                           help="print the prompt before a decoder's continuation (the text-generation pipeline's "
                                "default); --no-return-full-text prints the continuation alone")
-    generate.set_defaults(func=load_when_run("hf_vanilla.inference", "run_generate"))
+    generate.set_defaults(func=check_first(check_generate, load_when_run("hf_vanilla.inference", "run_generate")))
 
 
 def add_evaluate(subparsers: argparse._SubParsersAction) -> None:
@@ -85,7 +97,8 @@ def add_evaluate(subparsers: argparse._SubParsersAction) -> None:
     )
     evaluate.add_argument("run_dir", metavar="RUN", help="the training run folder")
     evaluate.add_argument("--batch-size", type=int, help="evaluation batch (unset: the run's)")
-    evaluate.set_defaults(func=load_when_run("hf_vanilla.training.evaluation", "run_evaluate"))
+    evaluate.set_defaults(func=check_first(check_evaluate,
+                                           load_when_run("hf_vanilla.training.evaluation", "run_evaluate")))
 
 
 def add_convert(subparsers: argparse._SubParsersAction) -> None:
@@ -108,7 +121,45 @@ def add_convert(subparsers: argparse._SubParsersAction) -> None:
                         help="replace an earlier conversion in OUT_DIR (only the files convert wrote there)")
     parser.add_argument("--max-shard-size", default=None, metavar="SIZE",
                         help="largest weight file to write, e.g. 2GB (default: as large as SRC_DIR's largest shard)")
-    parser.set_defaults(func=load_when_run("hf_vanilla.convert", "run_cli"))
+    parser.set_defaults(func=check_first(check_convert, load_when_run("hf_vanilla.convert", "run_cli")))
+
+
+# What each command refuses from its arguments and the file system alone, before torch loads.
+
+
+def check_attention(args: argparse.Namespace) -> None:
+    model_folder(args.model_dir, "MODEL_DIR")
+    writable_file(args.out, "--out")
+    at_least(0, args, "layer", "head")
+    at_least(1, args, "max_new_tokens", "max_tokens")
+
+
+def check_positions(args: argparse.Namespace) -> None:
+    writable_folder(args.out, "--out")
+    if args.model is not None:
+        model_folder(args.model, "--model")
+
+
+def check_generate(args: argparse.Namespace) -> None:
+    model_folder(args.run_dir, "RUN")
+    at_least(1, args, "max_new_tokens", "num_beams", "top_k")
+    above_zero(args, "temperature")
+
+
+def check_evaluate(args: argparse.Namespace) -> None:
+    fix = "give the folder `hf-vanilla train --output-dir` wrote"
+    if not (existing_folder(args.run_dir, "RUN", fix) / "run.json").is_file():
+        raise BadArgumentError(f"RUN {args.run_dir} holds no run.json, so it is no training run; {fix}")
+    folder = model_folder(args.run_dir, "RUN", fix)
+    at_least(1, args, "batch_size")
+    # Its run.json checked as a schema, the batch against its range: named like the work, by the dispatch's rule
+    # (a subcommand's layer is entered when it runs), and light (the standard library and the run folder only).
+    importlib.import_module("hf_vanilla.training.preflight").recorded_options(folder, args.batch_size)
+
+
+def check_convert(args: argparse.Namespace) -> None:
+    model_folder(args.src_dir, "SRC_DIR", "give a checkpoint folder (config.json and its weights; local files only)")
+    writable_folder(args.out_dir, "OUT_DIR")
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> None:
@@ -117,4 +168,5 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
         add(subparsers)
 
 
-__all__ = ["add_attention", "add_cli", "add_convert", "add_evaluate", "add_generate", "add_positions"]
+__all__ = ["add_attention", "add_cli", "add_convert", "add_evaluate", "add_generate", "add_positions", "check_attention",
+           "check_convert", "check_evaluate", "check_generate", "check_positions"]

@@ -44,6 +44,8 @@ import time
 from pathlib import Path
 
 import hf_vanilla  # this script registers the Auto classes itself, once its arguments are checked
+from hf_vanilla.arguments import OneSentenceParser, positive_number, whole_number_from
+from hf_vanilla.errors import HfVanillaError, sentence
 from hf_vanilla.files.output_folder import FolderBusyError, OutputFolder
 from hf_vanilla.publishing.unfinished import resume_command
 
@@ -61,15 +63,19 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:  # a run (or the user's files) there, one in progress, a --resume with other options: refused at once
         check_first(args)
-    except (FileExistsError, FolderBusyError, ValueError) as error:
-        print(f"main_job: {error}", file=sys.stderr)
+    except (HfVanillaError, FolderBusyError, OSError, ValueError) as error:
+        print(f"main_job: {sentence(error)}", file=sys.stderr)
         return 2
-    from hf_vanilla.training import TrainingInterruptedError  # torch loads from here on
+    from hf_vanilla.corpora import CorpusUnavailableError  # torch loads from here on
+    from hf_vanilla.training import TrainingDivergedError, TrainingInterruptedError
 
     try:
+        say_estimate(args)
         result = run_job(args, resume_command(JOB_COMMAND, argv))
-    except (FileExistsError, FolderBusyError) as error:  # found again once the folder is locked (a race)
-        print(f"main_job: {error}", file=sys.stderr)
+    except (HfVanillaError, FolderBusyError, OSError, ValueError, CorpusUnavailableError, TrainingDivergedError) as error:
+        # what only the libraries judge (a --config value VanillaConfig refuses, no corpus offline, a race for the
+        # folder, a run that diverged): one sentence, as `hf-vanilla train` says it
+        print(f"main_job: {sentence(error)}", file=sys.stderr)
         return 2
     except TrainingInterruptedError as stop:  # Ctrl-C: where the checkpoint is and the command that goes on
         print(f"main_job: {stop}", file=sys.stderr)
@@ -104,6 +110,57 @@ def check_first(args: argparse.Namespace) -> None:
 
     task = get_task("clm")
     check_before_loading(task, Path(args.output_dir), make_options(job_options(args)).resolved(task))
+
+
+def say_estimate(args: argparse.Namespace) -> None:
+    """Print how long the training steps left will take at this machine's speed now (a short timed probe of the
+    job's model), before the data and the tokenizer load: on a busy machine the job takes hours, not minutes."""
+    steps = args.max_steps - (newest_checkpoint_step(Path(args.output_dir)) if args.resume else 0)
+    if steps > 0:
+        print(estimate_line(probe_seconds_per_step(args), steps), flush=True)  # stdout: news, not an error
+
+
+def newest_checkpoint_step(run_dir: Path) -> int:
+    """The step of the newest ``checkpoint-N`` in ``run_dir`` (0 when there is none): where --resume goes on from."""
+    steps = [int(path.name.removeprefix("checkpoint-")) for path in run_dir.glob("checkpoint-*")
+             if path.name.removeprefix("checkpoint-").isdigit()]
+    return max(steps, default=0)
+
+
+def probe_seconds_per_step(args: argparse.Namespace, repeats: int = 2) -> float:
+    """Seconds one optimizer step of the job's model takes here now: the median of ``repeats`` timed steps on a
+    batch of its shape (random tokens), after one untimed step that allocates and picks the kernels."""
+    import statistics
+
+    import torch
+
+    from hf_vanilla import VanillaConfig, VanillaForCausalLM
+    from hf_vanilla.tasks import get_task
+    from hf_vanilla.training.options import make_options, preset_model_fields
+
+    task, options = get_task("clm"), job_options(args)
+    fields = preset_model_fields(make_options(options).resolved(task), task)
+    model = VanillaForCausalLM(VanillaConfig(**fields, hidden_dropout=options["dropout"])).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=options["learning_rate"])
+    batch = torch.randint(fields["vocab_size"], (options["batch_size"], options["block_size"]),
+                          generator=torch.Generator().manual_seed(0))
+    seconds = []
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        model(input_ids=batch, labels=batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds[1:])
+
+
+def estimate_line(seconds_per_step: float, steps: int) -> str:
+    """The estimate in words: minutes of training at ``seconds_per_step``, and what the figure depends on."""
+    minutes = seconds_per_step * steps / 60
+    about = "under a minute" if minutes < 1 else f"about {round(minutes)} minute{'' if round(minutes) == 1 else 's'}"
+    return (f"main_job: {steps} training steps take {about} at this machine's current speed ({seconds_per_step:.2f} s "
+            "a step in a probe; about 2 minutes on a quiet 2-core CPU, longer under load), then the evaluation and "
+            "the samples; --time-limit-minutes MINUTES caps the training")
 
 
 def run_job(args: argparse.Namespace, finish_command: str | None = None):
@@ -213,11 +270,12 @@ def failures(perplexity: float, unigram: float, completion: dict) -> list[str]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    # Its own options checked here, so a refusal names only options this job has (train's name others).
+    parser = OneSentenceParser(prog=JOB_COMMAND, description=__doc__.split("\n\n")[0])
     parser.add_argument("--output-dir", default="runs/main-shakespeare")
-    parser.add_argument("--max-steps", type=int, default=400)
+    parser.add_argument("--max-steps", type=whole_number_from(1), default=400)
     # No default: the job is bound by its steps, and a limit would make its figures depend on the machine's load.
-    parser.add_argument("--time-limit-minutes", "--time-limit", dest="time_limit", type=float, default=None,
+    parser.add_argument("--time-limit-minutes", "--time-limit", dest="time_limit", type=positive_number, default=None,
                         metavar="MINUTES",
                         help="minutes of training at most (unset: no limit); a run it cuts short says STOPPED EARLY "
                              "and the command that finishes it")
@@ -228,8 +286,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     # How docs/experiments.md compares recipes: the same job with one field or rate changed.
     parser.add_argument("--config", type=config_fields, default={}, metavar="JSON",
                         help="VanillaConfig fields over the job's, e.g. '{\"norm_position\": \"post\"}'")
-    parser.add_argument("--learning-rate", type=float, default=None, help="peak learning rate (the job's: 1e-3)")
-    parser.add_argument("--warmup-steps", type=int, default=None,
+    parser.add_argument("--learning-rate", type=positive_number, default=None,
+                        help="peak learning rate (the job's: 1e-3)")
+    parser.add_argument("--warmup-steps", type=whole_number_from(0), default=None,
                         help="linear warm-up steps (the job's: 5%% of the steps)")
     return parser.parse_args(argv)
 

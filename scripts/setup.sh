@@ -17,7 +17,8 @@ if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi
 pip=("$venv/bin/python" -m pip)
-if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
+# find_spec looks torch up without importing it (an import alone took 88 s on a busy machine, on every call).
+if ! "$venv/bin/python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"; then
   echo "setup: installing ${TORCH_SPEC:-torch==2.13.0} first"
   # shellcheck disable=SC2086  # TORCH_SPEC may carry pip options on purpose
   "${pip[@]}" install -q ${TORCH_SPEC:-torch==2.13.0}

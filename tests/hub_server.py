@@ -194,6 +194,8 @@ def _handler(hub: LocalHub) -> type[BaseHTTPRequestHandler]:
                     return self.json({"errors": [], "warnings": []})
                 if rest == ["agent-harnesses"] and method == "GET":  # the client detects the agent it runs under
                     return self.json({"standardEnvVars": [], "harnesses": {}})
+                if rest == ["whoami-v2"] and method == "GET":  # the push asks whose the token is first
+                    return self.json({"type": "user", "name": USER, "auth": {"accessToken": {"role": "write"}}})
                 if rest == ["repos", "create"] and method == "POST":
                     return self.json(hub.create_repo(json.loads(body)))
                 if rest[:1] == ["models"] and len(rest) >= 3:

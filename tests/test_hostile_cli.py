@@ -277,3 +277,152 @@ def test_a_sane_tokenizer_regex_passes_the_probe(tmp_path):
     tokenizer["pre_tokenizer"] = {"type": "Split", "pattern": {"Regex": "\\\\s+"}, "behavior": "Removed", "invert": False}
     (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
     check_tokenizer_regexes(folder)
+
+
+# ----------------------------------------------------------------------------------------------
+# A Hub that cannot take the push: asked first (whose is the token?), said in one sentence, nothing uploaded.
+# Every address is on loopback: a closed port, a server that takes the connection and never answers, the local Hub.
+
+
+@pytest.fixture
+def pushable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A saved model to push, with the client online (the conftest's guard lifted: 127.0.0.1 only) and no saved login."""
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "hf-home" / "token"))
+    return saved_decoder(tmp_path / "model")
+
+
+def push_to(monkeypatch: pytest.MonkeyPatch, url: str, capsys, folder: Path, *argv: str, named: tuple[str, ...]) -> str:
+    """``hf-vanilla push FOLDER tester/x ARGV`` against the Hub at ``url``, in a thread bounded to 60 s."""
+    import threading
+
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", url)
+    said: list[str | BaseException] = []
+
+    def push() -> None:
+        try:
+            said.append(refused(capsys, ["push", str(folder), "tester/x", *argv], *named))
+        except BaseException as error:  # noqa: BLE001 - a failed check is re-raised below, in the test's thread
+            said.append(error)
+
+    pushing = threading.Thread(target=push, daemon=True)
+    pushing.start()
+    pushing.join(60)
+    assert not pushing.is_alive(), "the push still waits on the Hub"
+    if isinstance(said[0], BaseException):
+        raise said[0]
+    assert "Nothing was" in said[0]
+    return said[0]
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as probe:  # bound, then closed: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_push_to_an_address_nobody_listens_on_says_so_in_one_sentence(pushable, monkeypatch, capsys):
+    """Issue 51: an 85-line chained traceback ending in httpx's ConnectError, after 49 s."""
+    url = f"http://127.0.0.1:{closed_port()}"
+    push_to(monkeypatch, url, capsys, pushable, "--token", "hf_any", named=(f"Cannot reach the Hub at {url}",
+                                                                           "HF_ENDPOINT"))
+
+
+def test_a_push_to_a_hub_that_takes_the_connection_and_never_answers_gives_up_in_bounded_time(pushable, monkeypatch,
+                                                                                               capsys):
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # the kernel takes the connection; nobody answers
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        push_to(monkeypatch, url, capsys, pushable, "--token", "hf_any", "--timeout", "0.5",
+                named=(f"The Hub at {url} did not answer within 0.5 s", "--timeout"))
+
+
+def test_a_push_whose_token_the_hub_refuses_or_that_has_none_uploads_nothing(pushable, monkeypatch, capsys):
+    from tests.hub_server import LocalHub
+
+    with LocalHub() as hub:
+        push_to(monkeypatch, hub.url, capsys, pushable, "--token", "hf_wrong",
+                named=(f"The Hub at {hub.url} refused the token (401", "hf auth login"))
+        push_to(monkeypatch, hub.url, capsys, pushable, named=("No Hub token", "hf auth login", "HF_TOKEN"))
+        assert not hub.repos and hub.unknown == []  # asked whose the token is, nothing else
+
+
+def test_a_push_to_a_hub_that_answers_an_error_or_while_offline_is_refused(pushable, monkeypatch, capsys):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import huggingface_hub
+
+    class Unavailable(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with ThreadingHTTPServer(("127.0.0.1", 0), Unavailable) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        push_to(monkeypatch, url, capsys, pushable, "--token", "hf_any",
+                named=(f"The Hub at {url} answered 503", "try again later"))
+        server.shutdown()
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    push_to(monkeypatch, url, capsys, pushable, "--token", "hf_any", named=("HF_HUB_OFFLINE is set", "unset it"))
+
+
+# ----------------------------------------------------------------------------------------------
+# What our own runs expect prints nothing alarming; what they do not expect still does
+
+
+@pytest.mark.parametrize(("tied", "missing", "reported"), [
+    (True, ["lm_head.weight"], None),  # the tied head: its weight is the embedding's, saved once
+    (True, ["lm_head.weight", "model.norm.weight"], ["model.norm.weight"]),
+    (True, ["lm_head.weight", "model.embed_tokens.weight"], ["lm_head.weight", "model.embed_tokens.weight"]),
+    (False, ["lm_head.weight"], ["lm_head.weight"]),  # an untied head of its own: truly missing
+], ids=["tied head only", "tied head and a norm", "head and its embedding", "untied head"])  # fmt: skip
+def test_resuming_says_nothing_of_a_tied_heads_key_and_everything_of_a_missing_one(tmp_path, monkeypatch, tied,
+                                                                                  missing, reported):
+    """Issue 51: every --resume of a tied-embedding run printed transformers' "There were missing keys in the
+    checkpoint model loaded: ['lm_head.weight']"."""
+    import transformers.trainer
+    from torch.nn.modules.module import _IncompatibleKeys
+    from transformers import TrainingArguments
+
+    from hf_vanilla.training.trainer import trainer_classes
+
+    warned: list[str] = []
+    monkeypatch.setattr(transformers.trainer.logger, "warning", lambda message, *args: warned.append(message % args
+                                                                                                     if args else message))
+    trainer = trainer_classes()[0](model=tiny_model(tie_word_embeddings=tied),
+                                   args=TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True))
+    warned.clear()
+    trainer._issue_warnings_after_load(_IncompatibleKeys(missing, []))
+    if reported is None:
+        assert warned == []
+    else:
+        assert warned == [f"There were missing keys in the checkpoint model loaded: {reported}."]
+
+
+def test_a_time_limit_of_one_minute_is_said_in_the_singular_wherever_the_run_says_why_it_stopped():
+    """Issue 51: "the time limit of 1 minutes"."""
+    from hf_vanilla.publishing.card import _stop_reason
+    from hf_vanilla.training.outputs import completion
+
+    said = {minutes: completion(planned_steps=9, completed_steps=5, time_limit_minutes=minutes,
+                                stopped_by_time_limit_at=5)["stop_reason"] for minutes in (1, 2, 0.5)}
+    assert said == {1: "the time limit of 1 minute stopped training at step 5 of 9",
+                    2: "the time limit of 2 minutes stopped training at step 5 of 9",
+                    0.5: "the time limit of 0.5 minutes stopped training at step 5 of 9"}
+    older_run = {"options": {"time_limit_minutes": 1}, "effective": {"max_steps": 9}}  # metrics.json without the words
+    assert _stop_reason({"timing": {"stopped_by_time_limit_at": 5}}, older_run) == said[1]

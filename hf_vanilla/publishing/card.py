@@ -294,8 +294,12 @@ def _stop_reason(metrics: Mapping[str, Any], run: Mapping[str, Any]) -> str | No
     at = metrics.get("timing", {}).get("stopped_by_time_limit_at")
     if at is None:
         return None
-    return (f"the time limit of {run['options'].get('time_limit_minutes')} minutes stopped training at step {at} "
-            f"of {run['effective']['max_steps']}")
+    return time_limit_reason(run["options"].get("time_limit_minutes"), at, run["effective"]["max_steps"])
+
+
+def time_limit_reason(minutes: float, at: int, planned: int) -> str:
+    """Why a run stopped early, said the same in metrics.json, the summary and the card ("1 minute", "2 minutes")."""
+    return f"the time limit of {minutes:g} minute{'' if minutes == 1 else 's'} stopped training at step {at} of {planned}"
 
 
 def card_context(run_dir: str | os.PathLike[str], model_id: str | None = None, *, public: bool = False,

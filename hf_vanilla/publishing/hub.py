@@ -23,7 +23,6 @@ import argparse
 import contextlib
 import json
 import logging
-import math
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -44,7 +43,7 @@ from ..files.output_folder import ChangedFileError, OutputFolder
 from ..files.schema import ConfigFile, RunFile, read_json
 from .card import build_model_card, build_saved_model_card, note_edited_files
 from .public import QUOTED_FIELDS, local_paths, public_run_files, quoted_data
-from .push_cli import DEFAULT_TIMEOUT_S
+from .push_cli import DEFAULT_TIMEOUT_S, ask_hub_first, check_timeout
 from .secrets import refuse_secrets
 from .unfinished import check_finished, check_model_saved
 
@@ -368,8 +367,7 @@ def push_run(
     holds are not sent twice). ``api`` is the ``huggingface_hub.HfApi`` to talk through (default:
     ``HfApi(token=token)``).
     """
-    if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
-        raise ValueError(f"timeout (--timeout) must be a positive number of seconds, got {timeout!r}")
+    check_timeout(timeout)
     folder = Path(run_dir)
     # Everything that can be checked locally is, before the first request: a bad folder creates no repo.
     plan, operations, samples_note = _local_upload(folder, include, allow_incomplete, publish_samples)
@@ -388,6 +386,7 @@ def push_run(
         )
 
     api = api if api is not None else HfApi(token=token)
+    ask_hub_first(api, timeout)  # an unreachable Hub or a refused token is said in one sentence, before any upload
     try:
         with requests_time_out(timeout):
             commit, unchanged = _commit(

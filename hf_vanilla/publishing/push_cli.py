@@ -4,8 +4,10 @@ answers at once; the push itself, :mod:`hf_vanilla.publishing.hub`, is imported 
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
+from ..arguments import existing_folder, hub_repo_id
 from ..errors import HfVanillaError, refuse
 from ..extras import load_when_run
 from .unfinished import check_before_upload
@@ -89,9 +91,73 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Refuse what the folder alone refuses (an unfinished run, no folder) at once, then push."""
+def check_timeout(timeout: object) -> None:
+    """``timeout`` (--timeout) is a finite number of seconds above 0."""
+    if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"timeout (--timeout) must be a positive number of seconds, got {timeout!r}")
+
+
+class HubUnusableError(HfVanillaError):
+    """The Hub cannot take a push now (offline, unreachable, silent, or refusing the token); nothing was uploaded."""
+
+
+#: What every refusal of the Hub check ends with: the push stopped before its first upload.
+NOTHING_SENT = "Nothing was uploaded."
+
+
+def check_hub_answers(token: str | None, timeout: float, endpoint: str | None = None) -> None:
+    """Ask the Hub who ``token`` (else HF_TOKEN, else the saved login) belongs to, before anything is uploaded: an
+    offline setting, no token, an address that does not answer, a Hub silent for ``timeout`` seconds or one that
+    refuses the token is :class:`HubUnusableError`, one sentence saying what to do. ``endpoint``: HF_ENDPOINT's."""
+    import httpx2  # huggingface_hub's HTTP client
+    from huggingface_hub import constants, get_token
+    from huggingface_hub.utils import get_session
+
+    endpoint = (endpoint or constants.ENDPOINT).rstrip("/")
+    if constants.HF_HUB_OFFLINE:
+        raise HubUnusableError(f"HF_HUB_OFFLINE is set, so the Hub at {endpoint} was not asked: unset it (or set "
+                               f"HF_HUB_OFFLINE=0) to push. {NOTHING_SENT}")
+    token = token or get_token()
+    if not token:
+        raise HubUnusableError(f"No Hub token for {endpoint}: log in with `hf auth login`, set HF_TOKEN or pass "
+                               f"--token (a write token). {NOTHING_SENT}")
     try:
+        answer = get_session().get(f"{endpoint}/api/whoami-v2", headers={"authorization": f"Bearer {token}"},
+                                   timeout=timeout)
+    except httpx2.TimeoutException:
+        raise HubUnusableError(f"The Hub at {endpoint} did not answer within {timeout:g} s. Nothing was committed: "
+                               "check the network and HF_ENDPOINT, then run the push again, or allow longer with "
+                               "--timeout SECONDS.") from None
+    except httpx2.TransportError as error:
+        reason = " ".join(str(error).split()) or type(error).__name__
+        raise HubUnusableError(f"Cannot reach the Hub at {endpoint} ({reason}): check the network connection and "
+                               f"HF_ENDPOINT (unset, it is https://huggingface.co), then run the push again. "
+                               f"{NOTHING_SENT}") from None
+    if answer.status_code == 401:
+        raise HubUnusableError(f"The Hub at {endpoint} refused the token (401: invalid or expired, or a token of "
+                               "another Hub): log in with `hf auth login`, set HF_TOKEN or pass --token with a write "
+                               f"token. {NOTHING_SENT}")
+    if not answer.is_success:
+        raise HubUnusableError(f"The Hub at {endpoint} answered {answer.status_code} {answer.reason_phrase} when "
+                               f"asked whose the token is: try again later, or check HF_ENDPOINT. {NOTHING_SENT}")
+
+
+def ask_hub_first(api: object, timeout: float) -> None:
+    """:func:`check_hub_answers` for the Hub ``api`` talks to, when it is huggingface_hub's client (a stand-in that
+    speaks no HTTP, as the tests pass, has no Hub to ask)."""
+    from huggingface_hub import HfApi
+
+    if isinstance(api, HfApi):
+        check_hub_answers(api.token if isinstance(api.token, str) else None, timeout, api.endpoint)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Refuse what the folder and the arguments alone refuse (no folder, an unfinished run, a malformed repo id) at
+    once, then push."""
+    try:
+        existing_folder(args.run_dir, "RUN_DIR", "give a training run or a save_pretrained folder (local files only)")
+        hub_repo_id(args.repo_id)
+        check_timeout(args.timeout)
         check_before_upload(Path(args.run_dir), args.allow_incomplete)
     except (HfVanillaError, ValueError, OSError) as error:
         return refuse("push", error)
@@ -99,4 +165,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "add_cli"]
+__all__ = ["DEFAULT_TIMEOUT_S", "HubUnusableError", "add_cli", "ask_hub_first", "check_hub_answers", "check_timeout"]

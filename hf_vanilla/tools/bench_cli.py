@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..arguments import at_least, check_first, writable_file, writable_folder
 from ..extras import load_when_run
 
 PAIRS = ("llama", "gpt2", "bert", "bart")
@@ -43,7 +44,16 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("bench", help="benchmark against transformers' Llama, GPT-2, BERT and BART",
                                    description=DESCRIPTION)
     add_arguments(parser)
-    parser.set_defaults(func=load_when_run("hf_vanilla.tools.bench", "run_from_args"))
+    parser.set_defaults(func=check_first(check_arguments, load_when_run("hf_vanilla.tools.bench", "run_from_args")))
 
 
-__all__ = ["DESCRIPTION", "MEASURES", "PAIRS", "SIZES", "add_arguments", "add_cli"]
+def check_arguments(args: argparse.Namespace) -> None:
+    """What the arguments alone refuse, before torch loads."""
+    at_least(1, args, "repeats", "threads")
+    if args.work is not None:
+        writable_folder(args.work, "--work")
+    if args.json is not None:
+        writable_file(args.json, "--json")
+
+
+__all__ = ["DESCRIPTION", "MEASURES", "PAIRS", "SIZES", "add_arguments", "add_cli", "check_arguments"]

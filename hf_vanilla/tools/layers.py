@@ -37,8 +37,9 @@ LAYERS: dict[str, Layer] = {
                    None,
                    "the travelling files: saved with every checkpoint, they import only torch, transformers and "
                    "each other"),
-    "files": Layer(("files", "errors"), (), None, "atomic files and folders, the output folder's record and lock, "
-                   "the error base every command says in one sentence: no model"),
+    "files": Layer(("files", "errors", "arguments"), (), None, "atomic files and folders, the output folder's record "
+                   "and lock, the error base every command says in one sentence and the argument checks made before "
+                   "anything heavy loads: no model"),
     "core": Layer(("", "extras", "checkpoint", "convert", "presets", "sizing"), ("model", "files"), None,
                   "registration with the Auto classes, what a checkpoint is made of, conversion to and from "
                   "native transformers models, the named presets, a config's size against the memory, the "

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ..arguments import OneSentenceParser
 from ..errors import HfVanillaError, refuse
 from ..publishing.unfinished import resume_command
 from ..tasks import TASKS, get_task
@@ -76,7 +77,7 @@ def _as_documented(action: argparse.Action) -> argparse.Action:
 
 
 def build_parser(prog: str = "hf-vanilla train") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION, epilog=EPILOG, formatter_class=HelpFormatter)
+    parser = OneSentenceParser(prog=prog, description=DESCRIPTION, epilog=EPILOG, formatter_class=HelpFormatter)
     for options in (RunArguments, TrainOptions):
         add_dataclass_arguments(parser, options)
     return parser

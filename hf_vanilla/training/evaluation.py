@@ -20,25 +20,16 @@ from .. import register
 from ..checkpoint import load_complete
 from ..corpora import CorpusUnavailableError
 from ..errors import HfVanillaError, refuse
-from ..tasks import Evaluation, get_task
-from .options import check_ranges, options_from_record
+from ..tasks import Evaluation
+from .preflight import recorded_options
 from .run import has_accelerator, make_trainer, training_arguments
-from .rundir import RUN_RECORD, read_record
 from .sources import load_task_data
 
 
 def evaluate_run(run_dir: str | os.PathLike[str], eval_batch_size: int | None = None) -> Evaluation:
     """The task's final evaluation (validation and test metrics, the baseline) of the model saved in ``run_dir``."""
     register()  # the Auto classes must know hf_vanilla's model type before they read the config
-    run_dir = Path(run_dir)
-    if not (run_dir / RUN_RECORD).is_file():
-        raise FileNotFoundError(f"{run_dir} has no {RUN_RECORD}: evaluate needs a folder written by `hf-vanilla train`")
-    record = read_record(run_dir)
-    task = get_task(record["task"])
-    opts = options_from_record(record.get("options"), str(run_dir / RUN_RECORD)).resolved(task)
-    if eval_batch_size is not None:
-        opts.eval_batch_size = eval_batch_size
-        check_ranges(opts)
+    task, opts = recorded_options(Path(run_dir), eval_batch_size)
     raw, _ = load_task_data(task, opts)
     tokenizer = transformers.AutoTokenizer.from_pretrained(run_dir)
     model = load_complete(getattr(transformers, task.auto_class), run_dir, exact=True,

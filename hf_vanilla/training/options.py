@@ -212,6 +212,18 @@ RANGES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("max_new_tokens", _at_least(1), "at least 1"),
     ("num_samples", _at_least(0), "0 or more"),
     ("learning_rate", _positive, "a finite number above 0"),
+    ("warmup_steps", _at_least(0), "0 or more"),
+    ("eval_steps", _at_least(1), "at least 1"),
+    ("save_steps", _at_least(1), "at least 1"),
+    ("logging_steps", _at_least(1), "at least 1"),
+    ("save_total_limit", _at_least(1), "at least 1"),
+    ("validation_fraction", lambda f: 0 < f < 1, "above 0 and below 1"),
+    ("dropout", lambda p: 0 <= p < 1, "at least 0 and below 1"),
+    ("max_grad_norm", lambda n: math.isfinite(n) and n >= 0, "0 (no clipping) or a finite number above 0"),
+    ("max_train_samples", _at_least(1), "at least 1"),
+    ("max_eval_samples", _at_least(1), "at least 1"),
+    ("max_test_samples", _at_least(1), "at least 1"),
+    ("dataloader_num_workers", _at_least(0), "0 or more"),
 )
 
 
@@ -235,7 +247,6 @@ def flag(name: str) -> str:
 def check_model_size(opts: TrainOptions, task: Task) -> None:
     """The model the options describe (the preset, or ``--init-from``'s config.json, under ``--config``) must fit
     this machine's memory (:func:`hf_vanilla.sizing.check_fits`), refused before anything is loaded or allocated."""
-    from ..presets import PRESETS
     from ..sizing import check_fits
 
     overrides = f" with --config {' '.join(f'{k}={v}' for k, v in opts.config.items())}" if opts.config else ""
@@ -248,12 +259,20 @@ def check_model_size(opts: TrainOptions, task: Task) -> None:
             return
         source = f"--init-from {opts.init_from}{overrides}"
     else:
-        preset = SIZE_PRESETS.get(opts.preset) or PRESETS.get(opts.preset)
-        if preset is None:
-            return  # an unknown preset is refused, naming the choices, where the config is built
-        fields = {**preset, **task.model_defaults, "architecture": task.family, "vocab_size": opts.vocab_size}
-        source = f"--preset {opts.preset}{overrides}"
+        fields, source = preset_model_fields(opts, task), f"--preset {opts.preset}{overrides}"
     check_fits({**fields, **opts.config}, source=source, purpose="train")
+
+
+def preset_model_fields(opts: TrainOptions, task: Task) -> dict[str, Any]:
+    """The VanillaConfig fields of the model ``--preset``, ``--vocab-size`` and ``--config`` describe for ``task``
+    (``opts`` resolved), before any data or tokenizer exists: what its size and speed follow from."""
+    from ..presets import PRESETS
+
+    preset = SIZE_PRESETS.get(opts.preset) or PRESETS.get(opts.preset)
+    if preset is None:
+        raise ValueError(f"--preset {opts.preset!r} is no size: choose {', '.join(SIZE_PRESETS)} or a VanillaConfig "
+                         f"preset ({', '.join(sorted(PRESETS))})")
+    return {**preset, **task.model_defaults, "architecture": task.family, "vocab_size": opts.vocab_size, **opts.config}
 
 
 def check_attention_kernel(opts: TrainOptions, use_cpu: bool) -> None:

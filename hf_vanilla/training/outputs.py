@@ -18,7 +18,7 @@ import torch
 import transformers
 
 from .. import __version__
-from ..publishing.card import build_model_card
+from ..publishing.card import build_model_card, time_limit_reason
 from ..publishing.unfinished import how_to_resume
 from ..tools.viz import plot_training_curves
 from .rundir import RUN_RECORD
@@ -118,8 +118,7 @@ def completion(*, planned_steps: int, completed_steps: int, time_limit_minutes: 
     short reports figures of a shorter run than asked for."""
     how_to_finish = None
     if stopped_by_time_limit_at is not None:
-        reason = (f"the time limit of {time_limit_minutes:g} minutes stopped training at step "
-                  f"{stopped_by_time_limit_at} of {planned_steps}")
+        reason = time_limit_reason(time_limit_minutes, stopped_by_time_limit_at, planned_steps)
         how_to_finish = how_to_resume(resume_command)
     elif completed_steps < planned_steps:  # a caller's callback set control.should_training_stop
         reason = f"a callback stopped training at step {completed_steps} of {planned_steps}"

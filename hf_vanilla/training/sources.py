@@ -2,51 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from datasets import DatasetDict
 
 from ..corpora import load_local_files, load_named_dataset
+from .preflight import all_files, check_data_files, parse_data_files
 
 if TYPE_CHECKING:
     from ..tasks import Task
     from .options import TrainOptions
-
-SPLITS = ("train", "validation", "test")
-
-
-def parse_data_files(entries: Sequence[str]) -> dict[str, list[str]] | list[str]:
-    """``["a.txt", "validation=b.txt"]`` -> ``{"train": ["a.txt"], "validation": ["b.txt"]}``.
-
-    A prefix counts as a split name only if it is ``train``, ``validation`` or ``test`` (so paths with
-    ``=`` in them still work); without any split prefix the result is a plain list (all ``train``).
-    """
-    splits: dict[str, list[str]] = {}
-    plain: list[str] = []
-    for entry in entries:
-        split, sep, path = entry.partition("=")
-        if sep and split in SPLITS:
-            splits.setdefault(split, []).append(path)
-        else:
-            plain.append(entry)
-    if not splits:
-        return plain
-    if plain:
-        splits.setdefault("train", []).extend(plain)
-    return splits
-
-
-def all_files(files: Mapping[str, list[str]] | list[str]) -> list[str]:
-    return [f for fs in files.values() for f in fs] if isinstance(files, Mapping) else list(files)
-
-
-def check_data_files(entries: Sequence[str]) -> None:
-    """Every ``--data-files`` path exists (checked before anything is written)."""
-    missing = [f for f in all_files(parse_data_files(entries)) if not Path(f).is_file()]
-    if missing:
-        raise FileNotFoundError(f"--data-files: no such file(s): {', '.join(missing)}")
 
 
 def load_raw(task: Task, opts: TrainOptions) -> tuple[DatasetDict, dict[str, Any]]:

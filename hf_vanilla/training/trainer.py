@@ -67,6 +67,10 @@ def trainer_classes() -> tuple[type, type]:
             path = Path(self._get_output_dir(trial=trial))
             return given if given is not None and given.path == path else OutputFolder(path, "run")
 
+        def _issue_warnings_after_load(self, load_result):
+            # A tied head's weight is its embedding's, saved once: its "missing" key on resume is expected, not news.
+            super()._issue_warnings_after_load(without_tied_keys(self.model, load_result))
+
         def _get_eval_sampler(self, eval_dataset):
             # transformers 5.24 also groups *evaluation* batches by length when training does, so predict()
             # returns rows permuted against the dataset (translations scored against other sentences' references).
@@ -174,6 +178,15 @@ def recorded_checkpoints(run_dir: Path) -> list[Path]:
     name = re.compile(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", re.ASCII)  # checkpoint-٣ is a name of the user's
     found = [path for path in own_files(run_dir) if path.is_dir() and name.fullmatch(path.name)]
     return sorted(found, key=lambda path: int(name.fullmatch(path.name).group(1)))
+
+
+def without_tied_keys(model, load_result):
+    """``load_result`` (torch's missing and unexpected keys) less the missing keys of weights tied to one that loaded
+    (transformers' ``all_tied_weights_keys``, target -> source): every other missing key is still reported."""
+    tied = getattr(model, "all_tied_weights_keys", None) or {}
+    missing = set(load_result.missing_keys)
+    kept = [key for key in load_result.missing_keys if not (key in tied and tied[key] not in missing)]
+    return load_result._replace(missing_keys=kept)
 
 
 def find_resume_checkpoint(run_dir: Path, resume: str) -> Path | None:
