@@ -16,6 +16,7 @@ from .configuration_vanilla import VanillaConfig, auto_map_for
 import math
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -41,7 +42,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, can_return_tuple
+from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -850,11 +851,11 @@ def refuse_decoder_inputs(family: str, **inputs: object) -> None:
 
 
 class VanillaModel(VanillaPreTrainedModel):
-    """The bare transformer of any family, returning hidden states.
+    """The bare transformer of any family, returning hidden states: its stacks composed as BART and T5 compose them.
 
-    * ``encoder``: ``(input_ids, attention_mask)`` -> :class:`BaseModelOutput`
-    * ``decoder``: ``(input_ids, attention_mask, cache)`` -> :class:`BaseModelOutputWithPast`
-    * ``encoder-decoder``: ``(input_ids, attention_mask, decoder_input_ids, ...)`` -> :class:`Seq2SeqModelOutput`
+    * ``encoder``: the encoder stack alone -> :class:`BaseModelOutput`
+    * ``decoder``: the decoder stack alone, with its cache -> :class:`BaseModelOutputWithPast`
+    * ``encoder-decoder``: the encoder, then the decoder attending to it -> :class:`Seq2SeqModelOutput`
     """
 
     def __init__(self, config: VanillaConfig, *, under_head: bool = False):
@@ -913,58 +914,50 @@ class VanillaModel(VanillaPreTrainedModel):
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput | BaseModelOutputWithPast | Seq2SeqModelOutput:
-        family = self.config.architecture
-        if family != "encoder-decoder":
-            refuse_decoder_inputs(family, decoder_input_ids=decoder_input_ids,
-                                  decoder_inputs_embeds=decoder_inputs_embeds, encoder_outputs=encoder_outputs)
-        if family == "encoder":  # nothing to cache: `cache` and `use_cache` do not apply
-            return self.encoder(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                token_type_ids=token_type_ids,
-                position_ids=position_ids,
-                inputs_embeds=inputs_embeds,
-                **kwargs,
-            )
-        if family == "decoder":
-            outputs = self.decoder(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                cache=cache,
-                inputs_embeds=inputs_embeds,
-                use_cache=use_cache,
-                token_type_ids=token_type_ids,
-                **kwargs,
-            )
-            return BaseModelOutputWithPast(
-                last_hidden_state=outputs.last_hidden_state,
-                **cache_field(getattr(outputs, CACHE_NAME)),
-                hidden_states=outputs.hidden_states,
-                attentions=outputs.attentions,
-            )
+        source = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids,
+                  "position_ids": position_ids, "inputs_embeds": inputs_embeds}
+        if self.config.is_encoder_decoder:
+            target = {"input_ids": decoder_input_ids, "attention_mask": decoder_attention_mask,
+                      "position_ids": decoder_position_ids, "inputs_embeds": decoder_inputs_embeds}
+            return self.encode_then_decode(source, target, encoder_outputs, cache, use_cache, **kwargs)
+        refuse_decoder_inputs(self.config.architecture, decoder_input_ids=decoder_input_ids,
+                              decoder_inputs_embeds=decoder_inputs_embeds, encoder_outputs=encoder_outputs)
+        if self.decoder is None:  # the encoder family: nothing to cache, `cache` and `use_cache` do not apply
+            return self.encoder(**source, **kwargs)
+        return self.decode(source, cache, use_cache, **kwargs)
 
-        if decoder_input_ids is None and decoder_inputs_embeds is None:
-            decoder_input_ids = self.default_decoder_input_ids(input_ids)
+    def decode(self, source: dict, cache: Cache | None, use_cache: bool | None, **kwargs) -> BaseModelOutputWithPast:
+        """The decoder family: the decoder stack alone, its cache passed on."""
+        outputs = self.decoder(**source, cache=cache, use_cache=use_cache, **kwargs)
+        return BaseModelOutputWithPast(
+            last_hidden_state=outputs.last_hidden_state,
+            **cache_field(getattr(outputs, CACHE_NAME)),
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+    def encode_then_decode(
+        self,
+        source: dict,
+        target: dict,
+        encoder_outputs: BaseModelOutput | tuple | None,
+        cache: Cache | None,
+        use_cache: bool | None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
+        """The encoder-decoder family: the source encoded (unless its encoding is given), the target decoded
+        attending to it."""
+        if target["input_ids"] is None and target["inputs_embeds"] is None:
+            target["input_ids"] = self.default_decoder_input_ids(source["input_ids"])
         if encoder_outputs is None:
-            encoder_outputs = self.encoder(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                token_type_ids=token_type_ids,
-                position_ids=position_ids,
-                inputs_embeds=inputs_embeds,
-                **kwargs,
-            )
+            encoder_outputs = self.encoder(**source, **kwargs)
         elif not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = BaseModelOutput(*encoder_outputs)
         decoder_outputs = self.decoder(
-            input_ids=decoder_input_ids,
-            attention_mask=decoder_attention_mask,
-            position_ids=decoder_position_ids,
+            **target,
             encoder_hidden_states=encoder_outputs.last_hidden_state,
-            encoder_attention_mask=attention_mask,
+            encoder_attention_mask=source["attention_mask"],
             cache=cache,
-            inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
             **kwargs,
         )
@@ -981,7 +974,7 @@ class VanillaModel(VanillaPreTrainedModel):
 
 
 # ----------------------------------------------------------------------------------------------
-# Task heads: the bare model of any family as ``self.model``, and one output layer
+# Task heads: the bare model of any family as ``self.model``, one forward for all, and each head's own output layer
 #
 # transformers' GenericForSequenceClassification, ...ForTokenClassification and ...ForQuestionAnswering do not fit:
 # they build the backbone with AutoModel.from_config (remote code then needs trust_remote_code, and no head may
@@ -989,30 +982,83 @@ class VanillaModel(VanillaPreTrainedModel):
 # drops Trainer's num_items_in_batch, and the sequence score has no bias and pools only the last non-pad token.
 
 
+@dataclass(frozen=True)
+class HeadInputs:
+    """What a head's :meth:`VanillaHead.predict` reads beside the bare model's output: the targets, and what
+    pooling and generation need."""
+
+    input_ids: torch.Tensor | None
+    attention_mask: torch.Tensor | None
+    labels: torch.Tensor | None
+    logits_to_keep: int | torch.Tensor
+    start_positions: torch.Tensor | None
+    end_positions: torch.Tensor | None
+
+
+def head_output(output_class: type[ModelOutput], outputs: ModelOutput, **computed) -> ModelOutput:
+    """The head's output: what it computed (loss, logits), and the bare model's states it has a field for (cache,
+    hidden states, attentions; a Seq2Seq output's encoder and decoder states) passed on under the same names."""
+    carried = {name: getattr(outputs, name, None) for name in output_class.__dataclass_fields__ if name not in computed}
+    return output_class(**computed, **carried)
+
+
 class VanillaHead(VanillaPreTrainedModel):
-    """What every task head holds: the bare model of the config's family, built for a head."""
+    """What every task head holds and runs: the bare model of the config's family, then the head's :meth:`predict`
+    over its last hidden state. A head states only what differs: its layers, ``predict`` and the two flags."""
+
+    #: A head that generates keeps a KV cache; the others run the bare model over whole sequences without one.
+    generates: ClassVar[bool] = False
+    #: Labels given without decoder inputs become the decoder's inputs, shifted right (Seq2Seq language modelling).
+    labels_feed_decoder: ClassVar[bool] = False
 
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
         self.model = VanillaModel(config, under_head=True)
 
-    def _encode(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs):
-        """The bare model over whole sequences, without a KV cache (for the heads that generate nothing)."""
-        kwargs.pop("use_cache", None)  # pipelines may pass it; nothing is generated here
-        return self.model(
+    def predict(self, outputs: ModelOutput, inputs: HeadInputs, **kwargs) -> ModelOutput:
+        raise NotImplementedError(f"{type(self).__name__} defines no predict: what it computes from the model's output")
+
+    @accepts_past_key_values
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        token_type_ids: torch.LongTensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        decoder_position_ids: torch.LongTensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> ModelOutput:
+        if self.labels_feed_decoder and labels is not None and decoder_input_ids is None and decoder_inputs_embeds is None:
+            decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
             position_ids=position_ids,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            decoder_position_ids=decoder_position_ids,
+            encoder_outputs=encoder_outputs,
+            cache=cache,
             inputs_embeds=inputs_embeds,
-            use_cache=False,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache if self.generates else False,  # pipelines may ask; a head that generates nothing
             **kwargs,
         )
-
-
-def stack_states(outputs: BaseModelOutput) -> dict:
-    """The states a one-stack head passes on from the bare model's output unchanged."""
-    return {"hidden_states": outputs.hidden_states, "attentions": outputs.attentions}
+        inputs = HeadInputs(input_ids, attention_mask, labels, logits_to_keep, start_positions, end_positions)
+        return self.predict(outputs, inputs, **kwargs)
 
 
 class VanillaLMHeadMixin(InitialisesItself):
@@ -1022,6 +1068,13 @@ class VanillaLMHeadMixin(InitialisesItself):
     # Split by vocabulary like the token embedding transformers shards (so a tied head stays one matrix), then gathered.
     _tp_plan = {"lm_head": "colwise_gather_output"}
     _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
+    #: The output class the head returns.
+    output_class: ClassVar[type[ModelOutput]]
+
+    def __init__(self, config: VanillaConfig):
+        super().__init__(config)
+        self._build_lm_head(config)
+        self.post_init()
 
     def _build_lm_head(self, config: VanillaConfig) -> None:
         self.lm_head_transform = (
@@ -1045,6 +1098,10 @@ class VanillaLMHeadMixin(InitialisesItself):
     def set_output_embeddings(self, projection: nn.Linear) -> None:
         self.lm_head = projection
 
+    def predict(self, outputs: ModelOutput, inputs: HeadInputs, **kwargs) -> ModelOutput:
+        logits = self._logits(keep_last_logits(outputs.last_hidden_state, inputs.logits_to_keep))
+        return head_output(self.output_class, outputs, loss=self._lm_loss(logits, inputs.labels, **kwargs), logits=logits)
+
     def _lm_loss(self, logits: torch.Tensor, labels: torch.Tensor | None, **kwargs) -> torch.Tensor | None:
         if labels is None:
             return None
@@ -1066,93 +1123,34 @@ def keep_last_logits(hidden_states: torch.Tensor, logits_to_keep: int | torch.Te
     return hidden_states[:, logits_to_keep]
 
 
-def seq2seq_states(outputs: Seq2SeqModelOutput) -> dict:
-    """The per-stack states a Seq2Seq head passes on from the bare model's output unchanged."""
-    names = ("decoder_hidden_states", "decoder_attentions", "cross_attentions", "encoder_last_hidden_state",
-             "encoder_hidden_states", "encoder_attentions")
-    return {name: getattr(outputs, name) for name in names}
-
-
 class VanillaForCausalLM(VanillaLMHeadMixin, VanillaHead, GenerationMixin):
     """Decoder-only language model (GPT-like): predicts token t+1 from tokens <= t."""
 
-    def __init__(self, config: VanillaConfig):
-        super().__init__(config)
-        self._build_lm_head(config)
-        self.post_init()
+    output_class = CausalLMOutputWithPast
+    generates = True
 
     def generate(self, *args, **kwargs):
         refuse_flex_generation_on_cpu(self.config, self.device, kwargs)  # before anything compiles
         return super().generate(*args, **kwargs)
 
-    @accepts_past_key_values
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        cache: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        use_cache: bool | None = None,
-        logits_to_keep: int | torch.Tensor = 0,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> CausalLMOutputWithPast:
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            cache=cache,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            **kwargs,
-        )
-        logits = self._logits(keep_last_logits(outputs.last_hidden_state, logits_to_keep))
-        loss = self._lm_loss(logits, labels, **kwargs)
-        return CausalLMOutputWithPast(
-            loss=loss,
-            logits=logits,
-            **cache_field(getattr(outputs, CACHE_NAME)),
-            **stack_states(outputs),
-        )
-
 
 class VanillaForMaskedLM(VanillaLMHeadMixin, VanillaHead):
     """Encoder with a masked-language-model head (BERT-like): predicts the tokens hidden behind [MASK]."""
 
-    def __init__(self, config: VanillaConfig):
-        super().__init__(config)
-        self._build_lm_head(config)
-        self.post_init()
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> MaskedLMOutput:
-        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
-        logits = self._logits(outputs.last_hidden_state)
-        loss = self._lm_loss(logits, labels, **kwargs)
-        return MaskedLMOutput(loss=loss, logits=logits, **stack_states(outputs))
+    output_class = MaskedLMOutput
 
 
 class VanillaForSeq2SeqLM(VanillaLMHeadMixin, VanillaHead, GenerationMixin):
     """Encoder-decoder with a language-model head: the paper's translation model."""
 
+    output_class = Seq2SeqLMOutput
+    generates = True
+    labels_feed_decoder = True
     # Labels are already aligned with decoder inputs (shifted right), so the loss must not shift again.
     loss_type = "ForMaskedLM"
 
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
-        self._build_lm_head(config)
-        self.post_init()
         self.loss_type = "ForMaskedLM"
 
     def generate(self, *args, **kwargs):
@@ -1167,48 +1165,6 @@ class VanillaForSeq2SeqLM(VanillaLMHeadMixin, VanillaHead, GenerationMixin):
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
-
-    @accepts_past_key_values
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.LongTensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        decoder_position_ids: torch.LongTensor | None = None,
-        encoder_outputs: BaseModelOutput | tuple | None = None,
-        cache: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        decoder_inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        use_cache: bool | None = None,
-        logits_to_keep: int | torch.Tensor = 0,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> Seq2SeqLMOutput:
-        if labels is not None and decoder_input_ids is None and decoder_inputs_embeds is None:
-            decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=decoder_attention_mask,
-            decoder_position_ids=decoder_position_ids,
-            encoder_outputs=encoder_outputs,
-            cache=cache,
-            inputs_embeds=inputs_embeds,
-            decoder_inputs_embeds=decoder_inputs_embeds,
-            use_cache=use_cache,
-            **kwargs,
-        )
-        logits = self._logits(keep_last_logits(outputs.last_hidden_state, logits_to_keep))
-        loss = self._lm_loss(logits, labels, **kwargs)
-        return Seq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            **cache_field(getattr(outputs, CACHE_NAME)),
-            **seq2seq_states(outputs),
-        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1303,34 +1259,14 @@ class VanillaForSequenceClassification(VanillaHead):
         if config.initializer_factor is not None:  # T5ClassificationHead.out_proj
             init.normal_(self.score.weight, std=config.initializer_factor * config.hidden_size**-0.5)
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        decoder_input_ids: torch.LongTensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        encoder_outputs: BaseModelOutput | tuple | None = None,
-        decoder_inputs_embeds: torch.Tensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> SequenceClassifierOutput | Seq2SeqSequenceClassifierOutput:
-        outputs = self._encode(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-            decoder_input_ids=decoder_input_ids, decoder_attention_mask=decoder_attention_mask,
-            encoder_outputs=encoder_outputs, decoder_inputs_embeds=decoder_inputs_embeds, **kwargs,
-        )
-        pooled = self.pooler(outputs.last_hidden_state, attention_mask, input_ids)
+    def predict(self, outputs: ModelOutput, inputs: HeadInputs, **kwargs) -> ModelOutput:
+        pooled = self.pooler(outputs.last_hidden_state, inputs.attention_mask, inputs.input_ids)
         logits = self.score(self.dropout(pooled))
         loss = None
-        if labels is not None:
-            loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config, **kwargs)
-        if not self.config.is_encoder_decoder:
-            return SequenceClassifierOutput(loss=loss, logits=logits, **stack_states(outputs))
-        return Seq2SeqSequenceClassifierOutput(loss=loss, logits=logits, **seq2seq_states(outputs))
+        if inputs.labels is not None:
+            loss = self.loss_function(labels=inputs.labels, pooled_logits=logits, config=self.config, **kwargs)
+        output_class = Seq2SeqSequenceClassifierOutput if self.config.is_encoder_decoder else SequenceClassifierOutput
+        return head_output(output_class, outputs, loss=loss, logits=logits)
 
 
 class VanillaForTokenClassification(VanillaHead):
@@ -1346,23 +1282,12 @@ class VanillaForTokenClassification(VanillaHead):
         if config.initializer_factor is not None:  # T5ForTokenClassification's classifier: N(0, factor)
             init.normal_(self.score.weight, std=config.initializer_factor)
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> TokenClassifierOutput:
-        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+    def predict(self, outputs: ModelOutput, inputs: HeadInputs, **kwargs) -> TokenClassifierOutput:
         logits = self.score(self.dropout(outputs.last_hidden_state))
         loss = None
-        if labels is not None:
-            loss = self.loss_function(logits, labels, self.config, **kwargs)
-        return TokenClassifierOutput(loss=loss, logits=logits, **stack_states(outputs))
+        if inputs.labels is not None:
+            loss = self.loss_function(logits, inputs.labels, self.config, **kwargs)
+        return head_output(TokenClassifierOutput, outputs, loss=loss, logits=logits)
 
 
 class VanillaForQuestionAnswering(VanillaHead):
@@ -1377,26 +1302,14 @@ class VanillaForQuestionAnswering(VanillaHead):
         if config.initializer_factor is not None:  # T5ForQuestionAnswering's qa_outputs
             init.normal_(self.qa_outputs.weight, std=config.initializer_factor * config.hidden_size**-0.5)
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        start_positions: torch.LongTensor | None = None,
-        end_positions: torch.LongTensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> QuestionAnsweringModelOutput:
-        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+    def predict(self, outputs: ModelOutput, inputs: HeadInputs, **kwargs) -> QuestionAnsweringModelOutput:
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(-1)
         start_logits, end_logits = start_logits.contiguous(), end_logits.contiguous()
         loss = None
-        if start_positions is not None and end_positions is not None:
-            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions, **kwargs)
-        return QuestionAnsweringModelOutput(
-            loss=loss, start_logits=start_logits, end_logits=end_logits, **stack_states(outputs)
+        if inputs.start_positions is not None and inputs.end_positions is not None:
+            loss = self.loss_function(start_logits, end_logits, inputs.start_positions, inputs.end_positions, **kwargs)
+        return head_output(
+            QuestionAnsweringModelOutput, outputs, loss=loss, start_logits=start_logits, end_logits=end_logits
         )
 
 
