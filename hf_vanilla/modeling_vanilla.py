@@ -162,10 +162,13 @@ def build_norm(config: VanillaConfig) -> nn.Module:
     return norm_class.from_config(config)
 
 
-def active_dropout(dropout: nn.Dropout, states: torch.Tensor) -> torch.Tensor:
-    """Dropout when it does something; otherwise the states as they are, without a module call (cached
-    decoding runs this a few times per layer and token, and the calls add up when the work is small)."""
-    return dropout(states) if dropout.training and dropout.p > 0 else states
+def active_dropout(states: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Dropout with probability ``p`` when it does something; otherwise the states as they are, without a call
+    (cached decoding runs this a few times per layer and token, and the calls add up when the work is small).
+
+    A probability held as an attribute, not an ``nn.Dropout`` module, as Llama holds ``attention_dropout``: the
+    module tree stays as small as the twin's, and building and loading walk fewer modules."""
+    return nn.functional.dropout(states, p, training=True) if training and p > 0 else states
 
 
 class RowActivation(nn.Module):
@@ -227,7 +230,7 @@ class VanillaFeedForward(InitialisesItself, nn.Module):
         self.up_proj = nn.Linear(hidden, width, bias=config.mlp_bias)
         self.down_proj = nn.Linear(width, hidden, bias=config.mlp_bias)
         self.act_fn = build_activation(config)
-        self.dropout = nn.Dropout(config.activation_dropout)
+        self.activation_dropout = config.activation_dropout
 
     def init_own_weights(self, config: VanillaConfig) -> None:
         if config.initializer_factor is None:
@@ -239,7 +242,8 @@ class VanillaFeedForward(InitialisesItself, nn.Module):
         init.normal_(self.down_proj.weight, std=factor * config.intermediate_size**-0.5)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(active_dropout(self.dropout, self.act_fn(self.up_proj(hidden_states))))
+        hidden_states = self.act_fn(self.up_proj(hidden_states))
+        return self.down_proj(active_dropout(hidden_states, self.activation_dropout, self.training))
 
 
 class VanillaGatedFeedForward(VanillaFeedForward):
@@ -252,9 +256,8 @@ class VanillaGatedFeedForward(VanillaFeedForward):
     gated = True
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(
-            active_dropout(self.dropout, self.act_fn(self.gate_proj(hidden_states)) * self.up_proj(hidden_states))
-        )
+        hidden_states = self.act_fn(self.gate_proj(hidden_states)) * self.up_proj(hidden_states)
+        return self.down_proj(active_dropout(hidden_states, self.activation_dropout, self.training))
 
 
 def build_feed_forward(config: VanillaConfig) -> VanillaFeedForward:
@@ -443,7 +446,7 @@ class ResidualStep(nn.Module):
 
     post-norm (the paper): x = Norm(x + Dropout(f(x)));  pre-norm: x = x + Dropout(f(Norm(x))).
 
-    A container of the norm and dropout, applied by a plain method rather than a module call: at a batch-1
+    A container of the norm (its parameters keep their checkpoint names), applied by a plain method rather than a module call: at a batch-1
     decoding step, mostly Python, two or three module calls more per layer are measurable (docs/performance.md).
     """
 
@@ -451,12 +454,12 @@ class ResidualStep(nn.Module):
         super().__init__()
         self.pre_norm = config.norm_position == "pre"
         self.norm = build_norm(config)
-        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.hidden_dropout = config.hidden_dropout
 
     def around(self, hidden_states: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         if self.pre_norm:
-            return hidden_states + active_dropout(self.dropout, sublayer(self.norm(hidden_states)))
-        return self.norm(hidden_states + active_dropout(self.dropout, sublayer(hidden_states)))
+            return hidden_states + active_dropout(sublayer(self.norm(hidden_states)), self.hidden_dropout, self.training)
+        return self.norm(hidden_states + active_dropout(sublayer(hidden_states), self.hidden_dropout, self.training))
 
 
 class VanillaBlock(GradientCheckpointingLayer):
@@ -667,7 +670,7 @@ class VanillaStack(VanillaPreTrainedModel):
         )
         self.positions = build_positional_scheme(config, causal=self.is_causal)
         self.embedding_norm = build_norm(config) if config.embedding_norm else None
-        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.hidden_dropout = config.hidden_dropout
         depth = num_layers if num_layers is not None else self.default_depth(config)
         self.layers = nn.ModuleList(
             VanillaBlock(config, i, is_causal=self.is_causal, has_cross_attention=self.has_cross_attention)
@@ -710,7 +713,7 @@ class VanillaStack(VanillaPreTrainedModel):
         hidden_states = self.positions.embed(inputs_embeds, position_ids)
         if self.embedding_norm is not None:
             hidden_states = self.embedding_norm(hidden_states)
-        return active_dropout(self.dropout, hidden_states)
+        return active_dropout(hidden_states, self.hidden_dropout, self.training)
 
     def finish(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.final_norm(hidden_states) if self.final_norm is not None else hidden_states

@@ -186,3 +186,16 @@ def test_forward_signatures_advertise_transformers_kwargs(name):
     advertised = kwargs[0].annotation.__args__[0]
     assert advertised is TransformersKwargs
     assert {"output_attentions", "output_hidden_states", "num_items_in_batch"} <= advertised.__optional_keys__
+
+
+def test_the_module_tree_is_the_twins_plus_the_residual_steps_that_hold_checkpoint_names():
+    """Building and loading walk every module: a Llama-shaped model has LlamaForCausalLM's modules, plus one
+    ResidualStep per sub-layer (it holds the norm under the checkpoint's name, ``self_attn_step.norm.weight``) and
+    the decoder stack every family shares. Dropout is a probability held as an attribute, as Llama holds its
+    attention dropout, not a module (three a layer before)."""
+    from hf_vanilla.tools import bench
+
+    pair = bench.build_pair("llama", bench.TINY)
+    layers = pair.ours.config.num_hidden_layers
+    assert not [name for name, module in pair.ours.named_modules() if isinstance(module, torch.nn.Dropout)]
+    assert len(list(pair.ours.modules())) <= len(list(pair.reference.modules())) + 2 * layers + 1
