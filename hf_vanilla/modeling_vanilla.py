@@ -1039,10 +1039,10 @@ class VanillaHead(VanillaPreTrainedModel):
         decoder_position_ids: torch.LongTensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
-        start_positions: torch.LongTensor | None = None,
-        end_positions: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> ModelOutput:
+        # A question-answering head's targets, which only its own forward names (Trainer reads them from there).
+        start_positions, end_positions = kwargs.pop("start_positions", None), kwargs.pop("end_positions", None)
         if self.labels_feed_decoder and labels is not None and decoder_input_ids is None and decoder_inputs_embeds is None:
             decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
         outputs = self.model(
@@ -1304,6 +1304,23 @@ class VanillaForQuestionAnswering(VanillaHead):
     def init_own_weights(self, config: VanillaConfig) -> None:
         if config.initializer_factor is not None:  # T5ForQuestionAnswering's qa_outputs
             init.normal_(self.qa_outputs.weight, std=config.initializer_factor * config.hidden_size**-0.5)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> QuestionAnsweringModelOutput:
+        """The heads' forward under this head's own signature: Trainer finds a QA head's targets there
+        (``transformers.utils.find_labels``), and a ``labels`` beside them would make it wait for all three."""
+        return super().forward(input_ids, attention_mask, position_ids=position_ids, inputs_embeds=inputs_embeds,
+                               token_type_ids=token_type_ids, start_positions=start_positions,
+                               end_positions=end_positions, **kwargs)
 
     def predict(self, outputs: ModelOutput, inputs: HeadInputs, **kwargs) -> QuestionAnsweringModelOutput:
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(-1)

@@ -1,4 +1,4 @@
-"""Every family x positional scheme x norm placement trains, and every attention backend agrees."""
+"""Every family x positional scheme x norm placement x norm type trains, and every attention backend agrees."""
 
 import inspect
 import itertools
@@ -10,7 +10,8 @@ import hf_vanilla as hv
 from tests.factories import (
     BACKENDS,
     FAMILIES,
-    NORMS,
+    NORM_POSITIONS,
+    NORM_TYPES,
     SCHEMES,
     model_inputs,
     padded_batch,
@@ -18,12 +19,12 @@ from tests.factories import (
     tiny_model,
 )
 
-GRID = list(itertools.product(FAMILIES, SCHEMES, NORMS))
+GRID = list(itertools.product(FAMILIES, SCHEMES, NORM_POSITIONS, NORM_TYPES))
 
 
-@pytest.mark.parametrize("family, scheme, norm", GRID)
-def test_trains_with_finite_loss_and_gradients(family, scheme, norm):
-    model = tiny_model(family, scheme, norm_position=norm, norm_type="rmsnorm" if norm == "pre" else "layernorm",
+@pytest.mark.parametrize("family, scheme, norm_position, norm_type", GRID)
+def test_trains_with_finite_loss_and_gradients(family, scheme, norm_position, norm_type):
+    model = tiny_model(family, scheme, norm_position=norm_position, norm_type=norm_type,
                        hidden_dropout=0.1, attention_dropout=0.1).train()
     ids, mask = padded_batch()
     inputs = model_inputs(family, ids, mask)
@@ -199,3 +200,13 @@ def test_the_module_tree_is_the_twins_plus_the_residual_steps_that_hold_checkpoi
     layers = pair.ours.config.num_hidden_layers
     assert not [name for name, module in pair.ours.named_modules() if isinstance(module, torch.nn.Dropout)]
     assert len(list(pair.ours.modules())) <= len(list(pair.reference.modules())) + 2 * layers + 1
+
+
+@pytest.mark.parametrize("name", [n for n in hv.modeling_vanilla.__all__ if n.startswith("VanillaFor")])
+def test_trainer_finds_each_heads_targets_in_its_signature(name):
+    """The heads share one forward; Trainer reads a head's targets from its signature (``find_labels``) and computes
+    the evaluation loss only when all of them are in the batch: a QA head's are its two positions and no ``labels``."""
+    from transformers.utils import find_labels
+
+    expected = ["start_positions", "end_positions"] if "QuestionAnswering" in name else ["labels"]
+    assert find_labels(getattr(hv, name)) == expected

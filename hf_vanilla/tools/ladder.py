@@ -270,7 +270,8 @@ def ladder(name: str, work: Path, run: Runner = run_child, log: Callable[[str], 
     largest = max(p.stat().st_size for p in twin_dir.glob("*.safetensors"))
     rows: list[Row] = []
 
-    log(f"[{name}] convert_checkpoint both ways ({checkpoint / GIB:.2f} GiB, largest shard {largest / GIB:.2f} GiB)")
+    ways = "to hf_vanilla" if build_load_only else "both ways"
+    log(f"[{name}] convert_checkpoint {ways} ({checkpoint / GIB:.2f} GiB, largest shard {largest / GIB:.2f} GiB)")
     there = timed("convert to-vanilla", dict(common, kind="convert", dir=str(twin_dir), out=str(ours_dir)))["convert"]
     if build_load_only:
         return _build_load_rows(name, work, timed, log, common, size)
