@@ -13,11 +13,12 @@ every transformers release from 5.16.1 (the differences between them are bridged
 from .configuration_vanilla import VanillaConfig, auto_map_for
 
 # isort: split
+import inspect
 import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -985,6 +986,11 @@ class VanillaModel(VanillaPreTrainedModel):
 # drops Trainer's num_items_in_batch, and the sequence score has no bias and pools only the last non-pad token.
 
 
+#: The bare model's inputs, by name: a head hands these to it, and the rest of its arguments (Trainer's
+#: ``num_items_in_batch`` and such) to its loss too.
+VANILLA_MODEL_INPUTS = frozenset(inspect.signature(VanillaModel.forward).parameters) - {"self", "kwargs"}
+
+
 @dataclass(frozen=True)
 class HeadInputs:
     """What a head's :meth:`VanillaHead.predict` reads beside the bare model's output: the targets, and what
@@ -1021,47 +1027,42 @@ class VanillaHead(VanillaPreTrainedModel):
     def predict(self, outputs: ModelOutput, inputs: HeadInputs, **kwargs) -> ModelOutput:
         raise NotImplementedError(f"{type(self).__name__} defines no predict: what it computes from the model's output")
 
-    @accepts_past_key_values
     @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
         position_ids: torch.LongTensor | None = None,
-        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> ModelOutput:
+        """BERT's signature (masked LM, token classification); a head whose twin takes other inputs states its own
+        signature and hands them to :meth:`run` by name, so positional calls and signature readers (Trainer's
+        columns, generate's argument check) see the twin's inputs in the twin's order."""
+        return self.run(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                        position_ids=position_ids, inputs_embeds=inputs_embeds, labels=labels, **kwargs)
+
+    def run(
+        self,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
-        token_type_ids: torch.LongTensor | None = None,
-        decoder_input_ids: torch.LongTensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        decoder_position_ids: torch.LongTensor | None = None,
-        encoder_outputs: BaseModelOutput | tuple | None = None,
-        decoder_inputs_embeds: torch.Tensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        **inputs: Any,
     ) -> ModelOutput:
-        # A question-answering head's targets, which only its own forward names (Trainer reads them from there).
-        start_positions, end_positions = kwargs.pop("start_positions", None), kwargs.pop("end_positions", None)
-        if self.labels_feed_decoder and labels is not None and decoder_input_ids is None and decoder_inputs_embeds is None:
-            decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=decoder_attention_mask,
-            decoder_position_ids=decoder_position_ids,
-            encoder_outputs=encoder_outputs,
-            cache=cache,
-            inputs_embeds=inputs_embeds,
-            decoder_inputs_embeds=decoder_inputs_embeds,
-            use_cache=use_cache if self.generates else False,  # pipelines may ask; a head that generates nothing
-            **kwargs,
-        )
-        inputs = HeadInputs(input_ids, attention_mask, labels, logits_to_keep, start_positions, end_positions)
-        return self.predict(outputs, inputs, **kwargs)
+        """Every head's forward: the bare model over ``inputs`` (any of its arguments, by name), then :meth:`predict`."""
+        if self.labels_feed_decoder and labels is not None and inputs.get("decoder_input_ids") is None \
+                and inputs.get("decoder_inputs_embeds") is None:
+            inputs["decoder_input_ids"] = self.prepare_decoder_input_ids_from_labels(labels)
+        # pipelines may ask for a cache; a head that generates nothing runs without one
+        outputs = self.model(use_cache=use_cache if self.generates else False, **inputs)
+        targets = HeadInputs(inputs.get("input_ids"), inputs.get("attention_mask"), labels, logits_to_keep,
+                             start_positions, end_positions)
+        kwargs = {name: value for name, value in inputs.items() if name not in VANILLA_MODEL_INPUTS}
+        return self.predict(outputs, targets, **kwargs)
 
 
 class VanillaLMHeadMixin(InitialisesItself):
@@ -1132,6 +1133,25 @@ class VanillaForCausalLM(VanillaLMHeadMixin, VanillaHead, GenerationMixin):
     output_class = CausalLMOutputWithPast
     generates = True
 
+    @accepts_past_key_values
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> CausalLMOutputWithPast:
+        """LlamaForCausalLM's signature over the heads' one body."""
+        return self.run(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
+                        inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache,
+                        logits_to_keep=logits_to_keep, **kwargs)
+
     def generate(self, *args, **kwargs):
         refuse_flex_generation_on_cpu(self.config, self.device, kwargs)  # before anything compiles
         return super().generate(*args, **kwargs)
@@ -1155,6 +1175,31 @@ class VanillaForSeq2SeqLM(VanillaLMHeadMixin, VanillaHead, GenerationMixin):
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
         self.loss_type = "ForMaskedLM"
+
+    @accepts_past_key_values
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        decoder_position_ids: torch.LongTensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqLMOutput:
+        """BartForConditionalGeneration's signature over the heads' one body."""
+        return self.run(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                        decoder_attention_mask=decoder_attention_mask, decoder_position_ids=decoder_position_ids,
+                        encoder_outputs=encoder_outputs, cache=cache, inputs_embeds=inputs_embeds,
+                        decoder_inputs_embeds=decoder_inputs_embeds, labels=labels, use_cache=use_cache,
+                        logits_to_keep=logits_to_keep, **kwargs)
 
     def generate(self, *args, **kwargs):
         refuse_flex_generation_on_cpu(self.config, self.device, kwargs)  # before anything compiles
@@ -1262,6 +1307,27 @@ class VanillaForSequenceClassification(VanillaHead):
         if config.initializer_factor is not None:  # T5ClassificationHead.out_proj
             init.normal_(self.score.weight, std=config.initializer_factor * config.hidden_size**-0.5)
 
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> SequenceClassifierOutput | Seq2SeqSequenceClassifierOutput:
+        """BERT's signature, and BartForSequenceClassification's decoder inputs for the encoder-decoder family."""
+        return self.run(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                        position_ids=position_ids, inputs_embeds=inputs_embeds, labels=labels,
+                        decoder_input_ids=decoder_input_ids, decoder_attention_mask=decoder_attention_mask,
+                        encoder_outputs=encoder_outputs, decoder_inputs_embeds=decoder_inputs_embeds, **kwargs)
+
     def predict(self, outputs: ModelOutput, inputs: HeadInputs, **kwargs) -> ModelOutput:
         pooled = self.pooler(outputs.last_hidden_state, inputs.attention_mask, inputs.input_ids)
         logits = self.score(self.dropout(pooled))
@@ -1305,6 +1371,7 @@ class VanillaForQuestionAnswering(VanillaHead):
         if config.initializer_factor is not None:  # T5ForQuestionAnswering's qa_outputs
             init.normal_(self.qa_outputs.weight, std=config.initializer_factor * config.hidden_size**-0.5)
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -1318,9 +1385,9 @@ class VanillaForQuestionAnswering(VanillaHead):
     ) -> QuestionAnsweringModelOutput:
         """The heads' forward under this head's own signature: Trainer finds a QA head's targets there
         (``transformers.utils.find_labels``), and a ``labels`` beside them would make it wait for all three."""
-        return super().forward(input_ids, attention_mask, position_ids=position_ids, inputs_embeds=inputs_embeds,
-                               token_type_ids=token_type_ids, start_positions=start_positions,
-                               end_positions=end_positions, **kwargs)
+        return self.run(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                        position_ids=position_ids, inputs_embeds=inputs_embeds, start_positions=start_positions,
+                        end_positions=end_positions, **kwargs)
 
     def predict(self, outputs: ModelOutput, inputs: HeadInputs, **kwargs) -> QuestionAnsweringModelOutput:
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(-1)

@@ -210,3 +210,35 @@ def test_trainer_finds_each_heads_targets_in_its_signature(name):
 
     expected = ["start_positions", "end_positions"] if "QuestionAnswering" in name else ["labels"]
     assert find_labels(getattr(hv, name)) == expected
+
+
+TWIN_HEADS = {
+    "VanillaForCausalLM": "LlamaForCausalLM",
+    "VanillaForMaskedLM": "BertForMaskedLM",
+    "VanillaForSeq2SeqLM": "BartForConditionalGeneration",
+    "VanillaForSequenceClassification": "BertForSequenceClassification",
+    "VanillaForTokenClassification": "BertForTokenClassification",
+    "VanillaForQuestionAnswering": "BertForQuestionAnswering",
+}
+
+
+@pytest.mark.parametrize("ours", sorted(TWIN_HEADS))
+def test_each_head_takes_its_twins_inputs_in_the_twins_order(ours):
+    """Positional calls and signature readers (Trainer's columns, generate's argument check, PEFT) see a head's
+    forward: the inputs both heads take come in the twin's order, from the first on (BART's third input is
+    decoder_input_ids), and no head takes another family's inputs (a causal LM has no decoder_input_ids)."""
+    import inspect
+
+    import transformers
+
+    import hf_vanilla
+
+    def names(cls):
+        return [n for n in inspect.signature(cls.forward).parameters if n not in ("self", "kwargs")]
+
+    mine, twin = names(getattr(hf_vanilla, ours)), names(getattr(transformers, TWIN_HEADS[ours]))
+    assert [n for n in mine if n in twin] == [n for n in twin if n in mine]
+    shared_prefix = next((i for i, (a, b) in enumerate(zip(mine, twin, strict=False)) if a != b), min(len(mine), len(twin)))
+    assert shared_prefix >= min(5, len(twin)) or mine[shared_prefix] not in twin, (mine, twin)
+    if "decoder_input_ids" not in twin and "SequenceClassification" not in ours:
+        assert not any(name.startswith("decoder_") for name in mine), mine
