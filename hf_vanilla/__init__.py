@@ -38,6 +38,7 @@ def register() -> None:
     Local registration makes AutoModel* find the classes; ``register_for_auto_class`` makes every
     ``save_pretrained`` write ``auto_map`` and copy the code, so ``trust_remote_code=True`` loads it elsewhere.
     """
+    # torch and transformers when registration runs, not at `import hf_vanilla.cli` (start-up time of --help)
     import transformers
 
     from . import modeling_vanilla
@@ -54,13 +55,13 @@ def register() -> None:
 
 def _register_peft_defaults() -> None:
     """Tell PEFT which modules LoRA adapts by default, so `LoraConfig()` needs no `target_modules`."""
-    import importlib.util
+    import importlib.util  # start-up time: only registration asks
 
     if importlib.util.find_spec("peft") is None:
         return
     import peft.utils.constants  # noqa: F401  (the package may import PEFT; the model files only tell an imported one)
 
-    from .modeling_vanilla import tell_peft_lora_targets
+    from .modeling_vanilla import tell_peft_lora_targets  # torch, once registration runs (start-up time)
 
     tell_peft_lora_targets()
 

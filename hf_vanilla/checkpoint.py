@@ -226,6 +226,7 @@ def load_complete(model_class: Any, folder: str | os.PathLike[str], *, exact: bo
 def check_size_before_loading(folder: str | os.PathLike[str]) -> None:
     """Before a model is built from ``folder``: its config.json must fit this machine and match the parameters its
     safetensors headers hold (:mod:`hf_vanilla.sizing`), or the build would allocate what a hand-edited config says."""
+    # safetensors' headers, read only when a folder is loaded
     from .sizing import check_fits, check_matches_weights
 
     folder = Path(folder)
@@ -274,6 +275,7 @@ def check_tokenizer_regexes(folder: str | os.PathLike[str], limit_s: float = REG
             return  # no pattern of the file's own: the library's built-in ones are safe
     except (OSError, UnicodeDecodeError):
         return  # loading the tokenizer says what is wrong with the file
+    # a child process only for a tokenizer with patterns of its own (start-up time of every other load)
     import subprocess
     import sys
 

@@ -40,6 +40,7 @@ def load_when_run(module: str, function: str) -> Callable[[argparse.Namespace], 
     when the command runs (not before: a refusal checked first answers without them)."""
 
     def run(args: argparse.Namespace) -> int:
+        # torch and transformers when a subcommand runs, not for --help (start-up time)
         from . import register
 
         register()

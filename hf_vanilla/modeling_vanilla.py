@@ -13,10 +13,12 @@ every transformers release from 5.16.1 (the differences between them are bridged
 from .configuration_vanilla import VanillaConfig, auto_map_for
 
 # isort: split
+import inspect
 import math
 import sys
 from collections.abc import Callable
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -41,7 +43,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, can_return_tuple
+from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -165,10 +167,13 @@ def build_norm(config: VanillaConfig) -> nn.Module:
     return norm_class.from_config(config)
 
 
-def active_dropout(dropout: nn.Dropout, states: torch.Tensor) -> torch.Tensor:
-    """Dropout when it does something; otherwise the states as they are, without a module call (cached
-    decoding runs this a few times per layer and token, and the calls add up when the work is small)."""
-    return dropout(states) if dropout.training and dropout.p > 0 else states
+def active_dropout(states: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Dropout with probability ``p`` when it does something; otherwise the states as they are, without a call
+    (cached decoding runs this a few times per layer and token, and the calls add up when the work is small).
+
+    A probability held as an attribute, not an ``nn.Dropout`` module, as Llama holds ``attention_dropout``: the
+    module tree stays as small as the twin's, and building and loading walk fewer modules."""
+    return nn.functional.dropout(states, p, training=True) if training and p > 0 else states
 
 
 class RowActivation(nn.Module):
@@ -230,7 +235,7 @@ class VanillaFeedForward(InitialisesItself, nn.Module):
         self.up_proj = nn.Linear(hidden, width, bias=config.mlp_bias)
         self.down_proj = nn.Linear(width, hidden, bias=config.mlp_bias)
         self.act_fn = build_activation(config)
-        self.dropout = nn.Dropout(config.activation_dropout)
+        self.activation_dropout = config.activation_dropout
 
     def init_own_weights(self, config: VanillaConfig) -> None:
         if config.initializer_factor is None:
@@ -242,7 +247,8 @@ class VanillaFeedForward(InitialisesItself, nn.Module):
         init.normal_(self.down_proj.weight, std=factor * config.intermediate_size**-0.5)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(active_dropout(self.dropout, self.act_fn(self.up_proj(hidden_states))))
+        hidden_states = self.act_fn(self.up_proj(hidden_states))
+        return self.down_proj(active_dropout(hidden_states, self.activation_dropout, self.training))
 
 
 class VanillaGatedFeedForward(VanillaFeedForward):
@@ -255,9 +261,8 @@ class VanillaGatedFeedForward(VanillaFeedForward):
     gated = True
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(
-            active_dropout(self.dropout, self.act_fn(self.gate_proj(hidden_states)) * self.up_proj(hidden_states))
-        )
+        hidden_states = self.act_fn(self.gate_proj(hidden_states)) * self.up_proj(hidden_states)
+        return self.down_proj(active_dropout(hidden_states, self.activation_dropout, self.training))
 
 
 def build_feed_forward(config: VanillaConfig) -> VanillaFeedForward:
@@ -446,7 +451,7 @@ class ResidualStep(nn.Module):
 
     post-norm (the paper): x = Norm(x + Dropout(f(x)));  pre-norm: x = x + Dropout(f(Norm(x))).
 
-    A container of the norm and dropout, applied by a plain method rather than a module call: at a batch-1
+    A container of the norm (its parameters keep their checkpoint names), applied by a plain method rather than a module call: at a batch-1
     decoding step, mostly Python, two or three module calls more per layer are measurable (docs/performance.md).
     """
 
@@ -454,12 +459,12 @@ class ResidualStep(nn.Module):
         super().__init__()
         self.pre_norm = config.norm_position == "pre"
         self.norm = build_norm(config)
-        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.hidden_dropout = config.hidden_dropout
 
     def around(self, hidden_states: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         if self.pre_norm:
-            return hidden_states + active_dropout(self.dropout, sublayer(self.norm(hidden_states)))
-        return self.norm(hidden_states + active_dropout(self.dropout, sublayer(hidden_states)))
+            return hidden_states + active_dropout(sublayer(self.norm(hidden_states)), self.hidden_dropout, self.training)
+        return self.norm(hidden_states + active_dropout(sublayer(hidden_states), self.hidden_dropout, self.training))
 
 
 class VanillaBlock(GradientCheckpointingLayer):
@@ -680,7 +685,7 @@ class VanillaStack(VanillaPreTrainedModel):
         )
         self.positions = build_positional_scheme(config, causal=self.is_causal)
         self.embedding_norm = build_norm(config) if config.embedding_norm else None
-        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.hidden_dropout = config.hidden_dropout
         depth = num_layers if num_layers is not None else self.default_depth(config)
         self.layers = nn.ModuleList(
             VanillaBlock(config, i, is_causal=self.is_causal, has_cross_attention=self.has_cross_attention)
@@ -723,7 +728,7 @@ class VanillaStack(VanillaPreTrainedModel):
         hidden_states = self.positions.embed(inputs_embeds, position_ids)
         if self.embedding_norm is not None:
             hidden_states = self.embedding_norm(hidden_states)
-        return active_dropout(self.dropout, hidden_states)
+        return active_dropout(hidden_states, self.hidden_dropout, self.training)
 
     def finish(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.final_norm(hidden_states) if self.final_norm is not None else hidden_states
@@ -864,11 +869,11 @@ def refuse_decoder_inputs(family: str, **inputs: object) -> None:
 
 
 class VanillaModel(VanillaPreTrainedModel):
-    """The bare transformer of any family, returning hidden states.
+    """The bare transformer of any family, returning hidden states: its stacks composed as BART and T5 compose them.
 
-    * ``encoder``: ``(input_ids, attention_mask)`` -> :class:`BaseModelOutput`
-    * ``decoder``: ``(input_ids, attention_mask, cache)`` -> :class:`BaseModelOutputWithPast`
-    * ``encoder-decoder``: ``(input_ids, attention_mask, decoder_input_ids, ...)`` -> :class:`Seq2SeqModelOutput`
+    * ``encoder``: the encoder stack alone -> :class:`BaseModelOutput`
+    * ``decoder``: the decoder stack alone, with its cache -> :class:`BaseModelOutputWithPast`
+    * ``encoder-decoder``: the encoder, then the decoder attending to it -> :class:`Seq2SeqModelOutput`
     """
 
     def __init__(self, config: VanillaConfig, *, under_head: bool = False):
@@ -930,58 +935,50 @@ class VanillaModel(VanillaPreTrainedModel):
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput | BaseModelOutputWithPast | Seq2SeqModelOutput:
-        family = self.config.architecture
-        if family != "encoder-decoder":
-            refuse_decoder_inputs(family, decoder_input_ids=decoder_input_ids,
-                                  decoder_inputs_embeds=decoder_inputs_embeds, encoder_outputs=encoder_outputs)
-        if family == "encoder":  # nothing to cache: `cache` and `use_cache` do not apply
-            return self.encoder(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                token_type_ids=token_type_ids,
-                position_ids=position_ids,
-                inputs_embeds=inputs_embeds,
-                **kwargs,
-            )
-        if family == "decoder":
-            outputs = self.decoder(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                cache=cache,
-                inputs_embeds=inputs_embeds,
-                use_cache=use_cache,
-                token_type_ids=token_type_ids,
-                **kwargs,
-            )
-            return BaseModelOutputWithPast(
-                last_hidden_state=outputs.last_hidden_state,
-                **cache_field(getattr(outputs, CACHE_NAME)),
-                hidden_states=outputs.hidden_states,
-                attentions=outputs.attentions,
-            )
+        source = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids,
+                  "position_ids": position_ids, "inputs_embeds": inputs_embeds}
+        if self.config.is_encoder_decoder:
+            target = {"input_ids": decoder_input_ids, "attention_mask": decoder_attention_mask,
+                      "position_ids": decoder_position_ids, "inputs_embeds": decoder_inputs_embeds}
+            return self.encode_then_decode(source, target, encoder_outputs, cache, use_cache, **kwargs)
+        refuse_decoder_inputs(self.config.architecture, decoder_input_ids=decoder_input_ids,
+                              decoder_inputs_embeds=decoder_inputs_embeds, encoder_outputs=encoder_outputs)
+        if self.decoder is None:  # the encoder family: nothing to cache, `cache` and `use_cache` do not apply
+            return self.encoder(**source, **kwargs)
+        return self.decode(source, cache, use_cache, **kwargs)
 
-        if decoder_input_ids is None and decoder_inputs_embeds is None:
-            decoder_input_ids = self.default_decoder_input_ids(input_ids)
+    def decode(self, source: dict, cache: Cache | None, use_cache: bool | None, **kwargs) -> BaseModelOutputWithPast:
+        """The decoder family: the decoder stack alone, its cache passed on."""
+        outputs = self.decoder(**source, cache=cache, use_cache=use_cache, **kwargs)
+        return BaseModelOutputWithPast(
+            last_hidden_state=outputs.last_hidden_state,
+            **cache_field(getattr(outputs, CACHE_NAME)),
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+    def encode_then_decode(
+        self,
+        source: dict,
+        target: dict,
+        encoder_outputs: BaseModelOutput | tuple | None,
+        cache: Cache | None,
+        use_cache: bool | None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
+        """The encoder-decoder family: the source encoded (unless its encoding is given), the target decoded
+        attending to it."""
+        if target["input_ids"] is None and target["inputs_embeds"] is None:
+            target["input_ids"] = self.default_decoder_input_ids(source["input_ids"])
         if encoder_outputs is None:
-            encoder_outputs = self.encoder(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                token_type_ids=token_type_ids,
-                position_ids=position_ids,
-                inputs_embeds=inputs_embeds,
-                **kwargs,
-            )
+            encoder_outputs = self.encoder(**source, **kwargs)
         elif not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = BaseModelOutput(*encoder_outputs)
         decoder_outputs = self.decoder(
-            input_ids=decoder_input_ids,
-            attention_mask=decoder_attention_mask,
-            position_ids=decoder_position_ids,
+            **target,
             encoder_hidden_states=encoder_outputs.last_hidden_state,
-            encoder_attention_mask=attention_mask,
+            encoder_attention_mask=source["attention_mask"],
             cache=cache,
-            inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
             **kwargs,
         )
@@ -998,7 +995,7 @@ class VanillaModel(VanillaPreTrainedModel):
 
 
 # ----------------------------------------------------------------------------------------------
-# Task heads: the bare model of any family as ``self.model``, and one output layer
+# Task heads: the bare model of any family as ``self.model``, one forward for all, and each head's own output layer
 #
 # transformers' GenericForSequenceClassification, ...ForTokenClassification and ...ForQuestionAnswering do not fit:
 # they build the backbone with AutoModel.from_config (remote code then needs trust_remote_code, and no head may
@@ -1006,30 +1003,83 @@ class VanillaModel(VanillaPreTrainedModel):
 # drops Trainer's num_items_in_batch, and the sequence score has no bias and pools only the last non-pad token.
 
 
+#: The bare model's inputs, by name: a head hands these to it, and the rest of its arguments (Trainer's
+#: ``num_items_in_batch`` and such) to its loss too.
+VANILLA_MODEL_INPUTS = frozenset(inspect.signature(VanillaModel.forward).parameters) - {"self", "kwargs"}
+
+
+@dataclass(frozen=True)
+class HeadInputs:
+    """What a head's :meth:`VanillaHead.predict` reads beside the bare model's output: the targets, and what
+    pooling and generation need."""
+
+    input_ids: torch.Tensor | None
+    attention_mask: torch.Tensor | None
+    labels: torch.Tensor | None
+    logits_to_keep: int | torch.Tensor
+    start_positions: torch.Tensor | None
+    end_positions: torch.Tensor | None
+
+
+def head_output(output_class: type[ModelOutput], outputs: ModelOutput, **computed) -> ModelOutput:
+    """The head's output: what it computed (loss, logits), and the bare model's states it has a field for (cache,
+    hidden states, attentions; a Seq2Seq output's encoder and decoder states) passed on under the same names."""
+    carried = {name: getattr(outputs, name, None) for name in output_class.__dataclass_fields__ if name not in computed}
+    return output_class(**computed, **carried)
+
+
 class VanillaHead(VanillaPreTrainedModel):
-    """What every task head holds: the bare model of the config's family, built for a head."""
+    """What every task head holds and runs: the bare model of the config's family, then the head's :meth:`predict`
+    over its last hidden state. A head states only what differs: its layers, ``predict`` and the two flags."""
+
+    #: A head that generates keeps a KV cache; the others run the bare model over whole sequences without one.
+    generates: ClassVar[bool] = False
+    #: Labels given without decoder inputs become the decoder's inputs, shifted right (Seq2Seq language modelling).
+    labels_feed_decoder: ClassVar[bool] = False
 
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
         self.model = VanillaModel(config, under_head=True)
 
-    def _encode(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs):
-        """The bare model over whole sequences, without a KV cache (for the heads that generate nothing)."""
-        kwargs.pop("use_cache", None)  # pipelines may pass it; nothing is generated here
-        return self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            use_cache=False,
-            **kwargs,
-        )
+    def predict(self, outputs: ModelOutput, inputs: HeadInputs, **kwargs) -> ModelOutput:
+        raise NotImplementedError(f"{type(self).__name__} defines no predict: what it computes from the model's output")
 
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> ModelOutput:
+        """BERT's signature (masked LM, token classification); a head whose twin takes other inputs states its own
+        signature and hands them to :meth:`run` by name, so positional calls and signature readers (Trainer's
+        columns, generate's argument check) see the twin's inputs in the twin's order."""
+        return self.run(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                        position_ids=position_ids, inputs_embeds=inputs_embeds, labels=labels, **kwargs)
 
-def stack_states(outputs: BaseModelOutput) -> dict:
-    """The states a one-stack head passes on from the bare model's output unchanged."""
-    return {"hidden_states": outputs.hidden_states, "attentions": outputs.attentions}
+    def run(
+        self,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        **inputs: Any,
+    ) -> ModelOutput:
+        """Every head's forward: the bare model over ``inputs`` (any of its arguments, by name), then :meth:`predict`."""
+        if self.labels_feed_decoder and labels is not None and inputs.get("decoder_input_ids") is None \
+                and inputs.get("decoder_inputs_embeds") is None:
+            inputs["decoder_input_ids"] = self.prepare_decoder_input_ids_from_labels(labels)
+        # pipelines may ask for a cache; a head that generates nothing runs without one
+        outputs = self.model(use_cache=use_cache if self.generates else False, **inputs)
+        targets = HeadInputs(inputs.get("input_ids"), inputs.get("attention_mask"), labels, logits_to_keep,
+                             start_positions, end_positions)
+        kwargs = {name: value for name, value in inputs.items() if name not in VANILLA_MODEL_INPUTS}
+        return self.predict(outputs, targets, **kwargs)
 
 
 class VanillaLMHeadMixin(InitialisesItself):
@@ -1039,6 +1089,13 @@ class VanillaLMHeadMixin(InitialisesItself):
     # Split by vocabulary like the token embedding transformers shards (so a tied head stays one matrix), then gathered.
     _tp_plan = {"lm_head": "colwise_gather_output"}
     _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
+    #: The output class the head returns.
+    output_class: ClassVar[type[ModelOutput]]
+
+    def __init__(self, config: VanillaConfig):
+        super().__init__(config)
+        self._build_lm_head(config)
+        self.post_init()
 
     def _build_lm_head(self, config: VanillaConfig) -> None:
         self.lm_head_transform = (
@@ -1062,6 +1119,10 @@ class VanillaLMHeadMixin(InitialisesItself):
     def set_output_embeddings(self, projection: nn.Linear) -> None:
         self.lm_head = projection
 
+    def predict(self, outputs: ModelOutput, inputs: HeadInputs, **kwargs) -> ModelOutput:
+        logits = self._logits(keep_last_logits(outputs.last_hidden_state, inputs.logits_to_keep))
+        return head_output(self.output_class, outputs, loss=self._lm_loss(logits, inputs.labels, **kwargs), logits=logits)
+
     def _lm_loss(self, logits: torch.Tensor, labels: torch.Tensor | None, **kwargs) -> torch.Tensor | None:
         if labels is None:
             return None
@@ -1083,24 +1144,11 @@ def keep_last_logits(hidden_states: torch.Tensor, logits_to_keep: int | torch.Te
     return hidden_states[:, logits_to_keep]
 
 
-def seq2seq_states(outputs: Seq2SeqModelOutput) -> dict:
-    """The per-stack states a Seq2Seq head passes on from the bare model's output unchanged."""
-    names = ("decoder_hidden_states", "decoder_attentions", "cross_attentions", "encoder_last_hidden_state",
-             "encoder_hidden_states", "encoder_attentions")
-    return {name: getattr(outputs, name) for name in names}
-
-
 class VanillaForCausalLM(VanillaLMHeadMixin, VanillaHead, GenerationMixin):
     """Decoder-only language model (GPT-like): predicts token t+1 from tokens <= t."""
 
-    def __init__(self, config: VanillaConfig):
-        super().__init__(config)
-        self._build_lm_head(config)
-        self.post_init()
-
-    def generate(self, *args, **kwargs):
-        refuse_flex_generation_on_cpu(self.config, self.device, kwargs)  # before anything compiles
-        return super().generate(*args, **kwargs)
+    output_class = CausalLMOutputWithPast
+    generates = True
 
     @accepts_past_key_values
     @can_return_tuple
@@ -1116,23 +1164,14 @@ class VanillaForCausalLM(VanillaLMHeadMixin, VanillaHead, GenerationMixin):
         logits_to_keep: int | torch.Tensor = 0,
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            cache=cache,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            **kwargs,
-        )
-        logits = self._logits(keep_last_logits(outputs.last_hidden_state, logits_to_keep))
-        loss = self._lm_loss(logits, labels, **kwargs)
-        return CausalLMOutputWithPast(
-            loss=loss,
-            logits=logits,
-            **cache_field(getattr(outputs, CACHE_NAME)),
-            **stack_states(outputs),
-        )
+        """LlamaForCausalLM's signature over the heads' one body."""
+        return self.run(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
+                        inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache,
+                        logits_to_keep=logits_to_keep, **kwargs)
+
+    def generate(self, *args, **kwargs):
+        refuse_flex_generation_on_cpu(self.config, self.device, kwargs)  # before anything compiles
+        return super().generate(*args, **kwargs)
 
 
 class VanillaForMaskedLM(VanillaLMHeadMixin, VanillaHead):
@@ -1141,52 +1180,21 @@ class VanillaForMaskedLM(VanillaLMHeadMixin, VanillaHead):
     #: The head's weights: the bare model of a folder this class saved leaves them unread (an embedding model).
     head_weights = (r"^lm_head\.", r"^lm_head_transform\.")
 
-    def __init__(self, config: VanillaConfig):
-        super().__init__(config)
-        self._build_lm_head(config)
-        self.post_init()
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> MaskedLMOutput:
-        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
-        logits = self._logits(outputs.last_hidden_state)
-        loss = self._lm_loss(logits, labels, **kwargs)
-        return MaskedLMOutput(loss=loss, logits=logits, **stack_states(outputs))
+    output_class = MaskedLMOutput
 
 
 class VanillaForSeq2SeqLM(VanillaLMHeadMixin, VanillaHead, GenerationMixin):
     """Encoder-decoder with a language-model head: the paper's translation model."""
 
+    output_class = Seq2SeqLMOutput
+    generates = True
+    labels_feed_decoder = True
     # Labels are already aligned with decoder inputs (shifted right), so the loss must not shift again.
     loss_type = "ForMaskedLM"
 
     def __init__(self, config: VanillaConfig):
         super().__init__(config)
-        self._build_lm_head(config)
-        self.post_init()
         self.loss_type = "ForMaskedLM"
-
-    def generate(self, *args, **kwargs):
-        refuse_flex_generation_on_cpu(self.config, self.device, kwargs)  # before anything compiles
-        return super().generate(*args, **kwargs)
-
-    def get_encoder(self, modality: str | None = None):
-        return self.model.encoder
-
-    def get_decoder(self):
-        return self.model.decoder
-
-    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
-        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     @accepts_past_key_values
     @can_return_tuple
@@ -1206,29 +1214,25 @@ class VanillaForSeq2SeqLM(VanillaLMHeadMixin, VanillaHead, GenerationMixin):
         logits_to_keep: int | torch.Tensor = 0,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
-        if labels is not None and decoder_input_ids is None and decoder_inputs_embeds is None:
-            decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=decoder_attention_mask,
-            decoder_position_ids=decoder_position_ids,
-            encoder_outputs=encoder_outputs,
-            cache=cache,
-            inputs_embeds=inputs_embeds,
-            decoder_inputs_embeds=decoder_inputs_embeds,
-            use_cache=use_cache,
-            **kwargs,
-        )
-        logits = self._logits(keep_last_logits(outputs.last_hidden_state, logits_to_keep))
-        loss = self._lm_loss(logits, labels, **kwargs)
-        return Seq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            **cache_field(getattr(outputs, CACHE_NAME)),
-            **seq2seq_states(outputs),
-        )
+        """BartForConditionalGeneration's signature over the heads' one body."""
+        return self.run(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                        decoder_attention_mask=decoder_attention_mask, decoder_position_ids=decoder_position_ids,
+                        encoder_outputs=encoder_outputs, cache=cache, inputs_embeds=inputs_embeds,
+                        decoder_inputs_embeds=decoder_inputs_embeds, labels=labels, use_cache=use_cache,
+                        logits_to_keep=logits_to_keep, **kwargs)
+
+    def generate(self, *args, **kwargs):
+        refuse_flex_generation_on_cpu(self.config, self.device, kwargs)  # before anything compiles
+        return super().generate(*args, **kwargs)
+
+    def get_encoder(self, modality: str | None = None):
+        return self.model.encoder
+
+    def get_decoder(self):
+        return self.model.decoder
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1338,19 +1342,20 @@ class VanillaForSequenceClassification(VanillaHead):
         decoder_inputs_embeds: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> SequenceClassifierOutput | Seq2SeqSequenceClassifierOutput:
-        outputs = self._encode(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-            decoder_input_ids=decoder_input_ids, decoder_attention_mask=decoder_attention_mask,
-            encoder_outputs=encoder_outputs, decoder_inputs_embeds=decoder_inputs_embeds, **kwargs,
-        )
-        pooled = self.pooler(outputs.last_hidden_state, attention_mask, input_ids)
+        """BERT's signature, and BartForSequenceClassification's decoder inputs for the encoder-decoder family."""
+        return self.run(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                        position_ids=position_ids, inputs_embeds=inputs_embeds, labels=labels,
+                        decoder_input_ids=decoder_input_ids, decoder_attention_mask=decoder_attention_mask,
+                        encoder_outputs=encoder_outputs, decoder_inputs_embeds=decoder_inputs_embeds, **kwargs)
+
+    def predict(self, outputs: ModelOutput, inputs: HeadInputs, **kwargs) -> ModelOutput:
+        pooled = self.pooler(outputs.last_hidden_state, inputs.attention_mask, inputs.input_ids)
         logits = self.score(self.dropout(pooled))
         loss = None
-        if labels is not None:
-            loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config, **kwargs)
-        if not self.config.is_encoder_decoder:
-            return SequenceClassifierOutput(loss=loss, logits=logits, **stack_states(outputs))
-        return Seq2SeqSequenceClassifierOutput(loss=loss, logits=logits, **seq2seq_states(outputs))
+        if inputs.labels is not None:
+            loss = self.loss_function(labels=inputs.labels, pooled_logits=logits, config=self.config, **kwargs)
+        output_class = Seq2SeqSequenceClassifierOutput if self.config.is_encoder_decoder else SequenceClassifierOutput
+        return head_output(output_class, outputs, loss=loss, logits=logits)
 
 
 class VanillaForTokenClassification(VanillaHead):
@@ -1366,23 +1371,12 @@ class VanillaForTokenClassification(VanillaHead):
         if config.initializer_factor is not None:  # T5ForTokenClassification's classifier: N(0, factor)
             init.normal_(self.score.weight, std=config.initializer_factor)
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> TokenClassifierOutput:
-        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+    def predict(self, outputs: ModelOutput, inputs: HeadInputs, **kwargs) -> TokenClassifierOutput:
         logits = self.score(self.dropout(outputs.last_hidden_state))
         loss = None
-        if labels is not None:
-            loss = self.loss_function(logits, labels, self.config, **kwargs)
-        return TokenClassifierOutput(loss=loss, logits=logits, **stack_states(outputs))
+        if inputs.labels is not None:
+            loss = self.loss_function(logits, inputs.labels, self.config, **kwargs)
+        return head_output(TokenClassifierOutput, outputs, loss=loss, logits=logits)
 
 
 class VanillaForQuestionAnswering(VanillaHead):
@@ -1409,14 +1403,20 @@ class VanillaForQuestionAnswering(VanillaHead):
         end_positions: torch.LongTensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> QuestionAnsweringModelOutput:
-        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+        """The heads' forward under this head's own signature: Trainer finds a QA head's targets there
+        (``transformers.utils.find_labels``), and a ``labels`` beside them would make it wait for all three."""
+        return self.run(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                        position_ids=position_ids, inputs_embeds=inputs_embeds, start_positions=start_positions,
+                        end_positions=end_positions, **kwargs)
+
+    def predict(self, outputs: ModelOutput, inputs: HeadInputs, **kwargs) -> QuestionAnsweringModelOutput:
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(-1)
         start_logits, end_logits = start_logits.contiguous(), end_logits.contiguous()
         loss = None
-        if start_positions is not None and end_positions is not None:
-            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions, **kwargs)
-        return QuestionAnsweringModelOutput(
-            loss=loss, start_logits=start_logits, end_logits=end_logits, **stack_states(outputs)
+        if inputs.start_positions is not None and inputs.end_positions is not None:
+            loss = self.loss_function(start_logits, end_logits, inputs.start_positions, inputs.end_positions, **kwargs)
+        return head_output(
+            QuestionAnsweringModelOutput, outputs, loss=loss, start_logits=start_logits, end_logits=end_logits
         )
 
 

@@ -14,8 +14,15 @@ from hf_vanilla import variants
 
 FAMILIES = variants.values("architecture")
 SCHEMES = variants.values("position_embedding_type")
-NORMS = variants.values("norm_position")
+NORM_POSITIONS = variants.values("norm_position")
+NORM_TYPES = variants.values("norm_type")
 BACKENDS = ("eager", "sdpa", "flex_attention")
+
+
+def settings(option: str) -> list:
+    """One concrete value per row of ``option`` (a row that stands for many values gives the one it is tested with)."""
+    return [row.setting for row in variants.rows(option)]
+
 
 HEAD_FOR_FAMILY = {
     "encoder": hv.VanillaForMaskedLM,

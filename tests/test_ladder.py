@@ -104,3 +104,20 @@ def test_the_work_folder_is_made_and_the_json_kept_rung_by_rung(tmp_path, monkey
                           log=lambda message: None)
     kept = json.loads(json_path.read_text())
     assert list(kept) == ["124m"] and kept["124m"][0]["ratio"] == pytest.approx(2.0)
+
+
+def test_the_build_load_rows_stop_each_serving_process_after_the_load(tmp_path):
+    specs = []
+
+    def run(spec):
+        specs.append(spec)
+        return run_in_process(spec)
+
+    rows = ladder.ladder("tiny", tmp_path, run=run, log=lambda message: None, build_load_only=True)
+    assert tuple(row.name for row in rows) == ladder.BUILD_LOAD_ROWS
+    assert all(row.ours > 0 and row.twin > 0 and row.control > 0 for row in rows if row.unit == "s")
+    # make, convert once, then twin, ours, twin: the serving processes stop at the load (no save, forward, generate)
+    assert [(spec["kind"], spec.get("side")) for spec in specs] == [
+        ("make", None), ("convert", None), ("serve", "twin"), ("serve", "ours"), ("serve", "twin")]
+    assert all(spec["stop_after"] == "load" for spec in specs if spec["kind"] == "serve")
+    assert set(run_in_process(specs[3])) == {"import", "meta", "load"}

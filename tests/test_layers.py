@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,11 +20,37 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_import_graph_has_no_cycle():
-    assert layers.cycles(layers.graph()) == []
+    """Typing-only and function-level imports count: a circle through an annotation is still a circle to a reader."""
+    assert layers.cycles(layers.checked_graph()) == []
 
 
 def test_no_import_goes_up_a_layer():
-    assert layers.upward_arrows(layers.graph()) == []
+    assert layers.upward_arrows(layers.checked_graph()) == []
+
+
+def test_the_pending_arrows_are_typing_only():
+    """The only exceptions the two checks above allow are annotations awaiting a move; an import that runs never."""
+    known = set(layers.modules())
+    for (module, target), why in layers.PENDING.items():
+        found = [i for i in layers.package_imports(module, layers.modules()[module], known) if i.target == target]
+        assert all(i.typing_only for i in found), f"{module} imports {target} at run time ({why})"
+
+
+def test_every_function_level_import_says_why_it_waits():
+    """An import inside a function is for a heavy optional dependency or start-up time; a comment says which."""
+    unexplained = [line for name, path in layers.modules().items()
+                   if not name.startswith(layers.UNEXPLAINED_IMPORTS_PENDING)
+                   for line in layers.unexplained_function_imports(path)]
+    assert unexplained == []
+
+
+def test_the_import_checks_see_what_they_guard(tmp_path):
+    source = tmp_path / "probe.py"
+    source.write_text("def f():\n    import torch\n\n\ndef g():\n    # torch only when g runs: start-up time\n"
+                      "    import torch\n    import numpy\n")
+    assert layers.unexplained_function_imports(source) == ["probe.py:2: import torch"]
+    arrow = ("hf_vanilla.files.atomic", "hf_vanilla.modeling_vanilla")
+    assert layers.cycles({arrow[0]: frozenset({arrow[1]}), arrow[1]: frozenset({arrow[0]})}) == [sorted(arrow)]
 
 
 def test_every_module_belongs_to_a_layer():
@@ -47,12 +74,22 @@ def test_the_checks_see_a_cycle_and_an_arrow_up():
         ["hf_vanilla.publishing.card", "hf_vanilla.training.outputs"]]
 
 
-def test_imports_inside_functions_count_and_annotations_do_not(tmp_path):
+def test_imports_inside_functions_and_annotations_count(tmp_path):
     source = tmp_path / "probe.py"
     source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .training import options\n"
                       "def f():\n    from .files import atomic\n    from . import convert\n")
     known = {"hf_vanilla.files.atomic", "hf_vanilla.convert", "hf_vanilla.training.options", "hf_vanilla.training"}
-    assert layers.imports_of("hf_vanilla.probe", source, known) == {"hf_vanilla.files.atomic", "hf_vanilla.convert"}
+    assert layers.imports_of("hf_vanilla.probe", source, known) == {
+        "hf_vanilla.files.atomic", "hf_vanilla.convert", "hf_vanilla.training.options"}
+    found = {(i.target, i.typing_only, i.in_function) for i in layers.package_imports("hf_vanilla.probe", source, known)}
+    assert found == {("hf_vanilla.training.options", True, False), ("hf_vanilla.files.atomic", False, True),
+                     ("hf_vanilla.convert", False, True)}
+
+
+def test_every_file_the_architecture_page_sends_a_change_to_exists():
+    named = [name for _, where in layers.WHERE_A_CHANGE_GOES for name in re.findall(r"`([^`]+)`", where)
+             if "<" not in name and "*" not in name]
+    assert len(named) >= 10 and [name for name in named if not (layers.SOURCE / name).exists()] == []
 
 
 def test_the_architecture_page_is_generated_from_the_code():

@@ -1,4 +1,4 @@
-"""Every family x positional scheme x norm placement trains, and every attention backend agrees."""
+"""Every family x positional scheme x norm placement x norm type trains, and every attention backend agrees."""
 
 import inspect
 import itertools
@@ -10,7 +10,8 @@ import hf_vanilla as hv
 from tests.factories import (
     BACKENDS,
     FAMILIES,
-    NORMS,
+    NORM_POSITIONS,
+    NORM_TYPES,
     SCHEMES,
     model_inputs,
     padded_batch,
@@ -18,12 +19,12 @@ from tests.factories import (
     tiny_model,
 )
 
-GRID = list(itertools.product(FAMILIES, SCHEMES, NORMS))
+GRID = list(itertools.product(FAMILIES, SCHEMES, NORM_POSITIONS, NORM_TYPES))
 
 
-@pytest.mark.parametrize("family, scheme, norm", GRID)
-def test_trains_with_finite_loss_and_gradients(family, scheme, norm):
-    model = tiny_model(family, scheme, norm_position=norm, norm_type="rmsnorm" if norm == "pre" else "layernorm",
+@pytest.mark.parametrize("family, scheme, norm_position, norm_type", GRID)
+def test_trains_with_finite_loss_and_gradients(family, scheme, norm_position, norm_type):
+    model = tiny_model(family, scheme, norm_position=norm_position, norm_type=norm_type,
                        hidden_dropout=0.1, attention_dropout=0.1).train()
     ids, mask = padded_batch()
     inputs = model_inputs(family, ids, mask)
@@ -186,3 +187,58 @@ def test_forward_signatures_advertise_transformers_kwargs(name):
     advertised = kwargs[0].annotation.__args__[0]
     assert advertised is TransformersKwargs
     assert {"output_attentions", "output_hidden_states", "num_items_in_batch"} <= advertised.__optional_keys__
+
+
+def test_the_module_tree_is_the_twins_plus_the_residual_steps_that_hold_checkpoint_names():
+    """Building and loading walk every module: a Llama-shaped model has LlamaForCausalLM's modules, plus one
+    ResidualStep per sub-layer (it holds the norm under the checkpoint's name, ``self_attn_step.norm.weight``) and
+    the decoder stack every family shares. Dropout is a probability held as an attribute, as Llama holds its
+    attention dropout, not a module (three a layer before)."""
+    from hf_vanilla.tools import bench
+
+    pair = bench.build_pair("llama", bench.TINY)
+    layers = pair.ours.config.num_hidden_layers
+    assert not [name for name, module in pair.ours.named_modules() if isinstance(module, torch.nn.Dropout)]
+    assert len(list(pair.ours.modules())) <= len(list(pair.reference.modules())) + 2 * layers + 1
+
+
+@pytest.mark.parametrize("name", [n for n in hv.modeling_vanilla.__all__ if n.startswith("VanillaFor")])
+def test_trainer_finds_each_heads_targets_in_its_signature(name):
+    """The heads share one forward; Trainer reads a head's targets from its signature (``find_labels``) and computes
+    the evaluation loss only when all of them are in the batch: a QA head's are its two positions and no ``labels``."""
+    from transformers.utils import find_labels
+
+    expected = ["start_positions", "end_positions"] if "QuestionAnswering" in name else ["labels"]
+    assert find_labels(getattr(hv, name)) == expected
+
+
+TWIN_HEADS = {
+    "VanillaForCausalLM": "LlamaForCausalLM",
+    "VanillaForMaskedLM": "BertForMaskedLM",
+    "VanillaForSeq2SeqLM": "BartForConditionalGeneration",
+    "VanillaForSequenceClassification": "BertForSequenceClassification",
+    "VanillaForTokenClassification": "BertForTokenClassification",
+    "VanillaForQuestionAnswering": "BertForQuestionAnswering",
+}
+
+
+@pytest.mark.parametrize("ours", sorted(TWIN_HEADS))
+def test_each_head_takes_its_twins_inputs_in_the_twins_order(ours):
+    """Positional calls and signature readers (Trainer's columns, generate's argument check, PEFT) see a head's
+    forward: the inputs both heads take come in the twin's order, from the first on (BART's third input is
+    decoder_input_ids), and no head takes another family's inputs (a causal LM has no decoder_input_ids)."""
+    import inspect
+
+    import transformers
+
+    import hf_vanilla
+
+    def names(cls):
+        return [n for n in inspect.signature(cls.forward).parameters if n not in ("self", "kwargs")]
+
+    mine, twin = names(getattr(hf_vanilla, ours)), names(getattr(transformers, TWIN_HEADS[ours]))
+    assert [n for n in mine if n in twin] == [n for n in twin if n in mine]
+    shared_prefix = next((i for i, (a, b) in enumerate(zip(mine, twin, strict=False)) if a != b), min(len(mine), len(twin)))
+    assert shared_prefix >= min(5, len(twin)) or mine[shared_prefix] not in twin, (mine, twin)
+    if "decoder_input_ids" not in twin and "SequenceClassification" not in ours:
+        assert not any(name.startswith("decoder_") for name in mine), mine

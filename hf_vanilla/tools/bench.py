@@ -619,11 +619,11 @@ def run_from_args(args: argparse.Namespace) -> int:
     if getattr(args, "estimate", False) and not args.size:
         return refuse("bench", ValueError("--estimate prices the size ladder: add --size 124m, 350m or 1b."))
     if args.size:  # the size ladder: its own rows, each in a fresh process
-        from .ladder import Options, run_ladder
+        from .ladder import Options, run_ladder  # the ladder's modules only for --size (start-up time)
 
         try:
             run_ladder(Options(sizes=args.size, work=args.work, json=args.json, threads=args.threads,
-                               estimate=args.estimate), log=log_message)
+                               estimate=args.estimate, rows=args.rows), log=log_message)
         except MemoryError as error:
             print(f"hf-vanilla bench: {error}", file=sys.stderr)
             return 1

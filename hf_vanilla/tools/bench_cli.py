@@ -34,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--estimate", action="store_true",
                         help="with --size: print the plan, each process's estimated seconds from this machine's rates "
                         "now and the memory it needs; build nothing")
+    parser.add_argument("--rows", choices=("all", "build-load"), default="all",
+                        help="with --size: every row of the ladder, or only the code import, meta build and load rows "
+                        "(minutes instead of tens of minutes: nothing converts back, saves, runs or trains)")
     parser.add_argument("--work", metavar="DIR", default=None,
                         help="with --size: where the checkpoints are written (default: the system's temporary folder)")
     parser.add_argument("--json", metavar="FILE", help="write the rows as JSON: "

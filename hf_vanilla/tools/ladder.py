@@ -147,7 +147,7 @@ def run_in_process(spec: dict[str, Any]) -> dict[str, Any]:
     """The same measurement in this process: structure only (the tests), its memory figures mean nothing."""
     sys.path.insert(0, str(CHILD.parent))
     try:
-        import ladder_child
+        import ladder_child  # by its folder, as the child process runs it (it imports no hf_vanilla)
     finally:
         sys.path.remove(str(CHILD.parent))
     return ladder_child.main(spec)
@@ -242,9 +242,14 @@ def format_plan(names: Sequence[str], rates: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+#: The rows ``--rows build-load`` measures: what building and loading cost, without the rest of the rung.
+BUILD_LOAD_ROWS = ("model code import time", "meta build time", "load bf16 time", "load bf16 peak RSS")
+
+
 def ladder(name: str, work: Path, run: Runner = run_child, log: Callable[[str], None] = print,
-           threads: int | None = None) -> list[Row]:
-    """Every row of one rung, measured in ``work`` (which receives the two checkpoints)."""
+           threads: int | None = None, build_load_only: bool = False) -> list[Row]:
+    """Every row of one rung, measured in ``work`` (which receives the two checkpoints); with ``build_load_only``
+    only :data:`BUILD_LOAD_ROWS` (the serving processes stop after the load, nothing converts back or trains)."""
     size = SIZES[name]
     refuse_if_too_large(name, size)
     twin_dir, ours_dir, back_dir = work / "twin", work / "ours", work / "back"
@@ -265,8 +270,11 @@ def ladder(name: str, work: Path, run: Runner = run_child, log: Callable[[str], 
     largest = max(p.stat().st_size for p in twin_dir.glob("*.safetensors"))
     rows: list[Row] = []
 
-    log(f"[{name}] convert_checkpoint both ways ({checkpoint / GIB:.2f} GiB, largest shard {largest / GIB:.2f} GiB)")
+    ways = "to hf_vanilla" if build_load_only else "both ways"
+    log(f"[{name}] convert_checkpoint {ways} ({checkpoint / GIB:.2f} GiB, largest shard {largest / GIB:.2f} GiB)")
     there = timed("convert to-vanilla", dict(common, kind="convert", dir=str(twin_dir), out=str(ours_dir)))["convert"]
+    if build_load_only:
+        return _build_load_rows(name, work, timed, log, common, size)
     back = timed("convert to-native", dict(common, kind="convert", dir=str(ours_dir), out=str(back_dir)))["convert"]
     shutil.rmtree(back_dir)
     goal = largest + 0.2 * checkpoint
@@ -319,6 +327,21 @@ def ladder(name: str, work: Path, run: Runner = run_child, log: Callable[[str], 
     return rows
 
 
+def _build_load_rows(name: str, work: Path, timed: Callable[[str, dict], dict], log: Callable[[str], None],
+                     common: dict[str, Any], size: Size) -> list[Row]:
+    """The serving trio (twin, ours, twin again) stopped after the load: code import, meta build, load."""
+    log(f"[{name}] code import, meta build and load: twin, ours, twin again")
+    folders = {"ours": work / "ours", "twin": work / "twin"}
+    served = [timed(f"serve {side}", dict(common, kind="serve", side=side, dir=str(folders[side]), stop_after="load",
+                                          length=size.length))
+              for side in TRIO]
+    twin, ours, control = served
+    rows = [Row(f"{label} time", "s", *(result[step]["seconds"] for result in (ours, twin, control)))
+            for label, step in (("model code import", "import"), ("meta build", "meta"), ("load bf16", "load"))]
+    rows.append(Row("load bf16 peak RSS", "MiB", *(_mib(result["load"]["peak_mib"]) for result in (ours, twin, control))))
+    return rows
+
+
 def format_table(name: str, rows: Sequence[Row]) -> str:
     lines = [f"| {name} | ours | twin | unit | ratio (twin/ours; >1 ours better) | A/A spread | note |",
              "|---|---:|---:|---|---:|---:|---|"]
@@ -335,6 +358,7 @@ class Options:
     json: str | None = None
     threads: int | None = None
     estimate: bool = False  # print the plan and its estimated minutes from this machine's rates, build nothing
+    rows: str = "all"  # or "build-load": only BUILD_LOAD_ROWS
 
 
 def run_ladder(options: Options, log: Callable[[str], None] = print) -> dict[str, list[Row]]:
@@ -349,7 +373,8 @@ def run_ladder(options: Options, log: Callable[[str], None] = print) -> dict[str
     results = {}
     for name in options.sizes:
         with tempfile.TemporaryDirectory(dir=options.work, prefix=f"ladder-{name}-") as work:
-            results[name] = ladder(name, Path(work), log=log, threads=options.threads)
+            results[name] = ladder(name, Path(work), log=log, threads=options.threads,
+                                   build_load_only=options.rows == "build-load")
         log(format_table(name, results[name]))
         if options.json:  # after every rung, so a later rung's failure keeps the rows measured before it
             atomic_write_json(options.json, {done: [dict(vars(row), ratio=row.ratio, spread=row.spread) for row in rows]
@@ -357,5 +382,5 @@ def run_ladder(options: Options, log: Callable[[str], None] = print) -> dict[str
     return results
 
 
-__all__ = ["SIZES", "Options", "Row", "Size", "calibrate", "quiet", "estimate_peak_bytes", "estimate_seconds", "format_plan",
+__all__ = ["BUILD_LOAD_ROWS", "SIZES", "Options", "Row", "Size", "calibrate", "quiet", "estimate_peak_bytes", "estimate_seconds", "format_plan",
            "format_table", "ladder", "run_child", "run_in_process", "run_ladder"]

@@ -11,6 +11,9 @@ checkpointed training step before the plain one) where it only grows.
 One process per side does every step that needs the loaded bfloat16 model (``serve``: code import, meta build,
 load, save, forward, generate), another the two float32 training steps (``train``): a process starts in seconds
 on a quiet machine and in tens of seconds on a loaded one, so the ladder starts as few as it can.
+
+Every import of torch, transformers or hf_vanilla waits inside the step that needs it (a comment says so at each):
+what a process imports, and when, is what it measures.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ def _ours(spec: dict) -> bool:
 
 
 def _load(spec: dict, dtype, remote: bool = False):
+    # imported in the step it serves (module docstring)
     import transformers
 
     return transformers.AutoModelForCausalLM.from_pretrained(spec["dir"], dtype=dtype, trust_remote_code=remote)
@@ -78,6 +82,7 @@ def _load(spec: dict, dtype, remote: bool = False):
 def _import_model_code(spec: dict):
     """What each side imports before its first model: the twin's modeling module (transformers imports it on first
     use), or hf_vanilla (which registers the Vanilla* classes with the Auto classes)."""
+    # imported in the step it serves (module docstring)
     import transformers
 
     if _ours(spec):
@@ -88,6 +93,7 @@ def _import_model_code(spec: dict):
 
 def _import_remote_code(spec: dict):
     """The folder's code files copied into the modules cache and imported, as ``trust_remote_code`` does."""
+    # imported in the step it serves (module docstring)
     import transformers
     from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
@@ -98,6 +104,7 @@ def _import_remote_code(spec: dict):
 def make(spec: dict) -> dict:
     """The twin's checkpoint: built on the meta device in bfloat16 (no float32 copy at 1.1B), filled by its own
     initialisation, saved in shards."""
+    # imported in the step it serves (module docstring)
     import torch
     import transformers
 
@@ -117,6 +124,7 @@ def make(spec: dict) -> dict:
 
 
 def convert(spec: dict) -> dict:
+    # imported in the step it serves (module docstring)
     from hf_vanilla.convert import convert_checkpoint
 
     clock = Clock()
@@ -126,6 +134,7 @@ def convert(spec: dict) -> dict:
 
 def serve(spec: dict) -> dict:
     """Code import, meta build, ``from_pretrained`` in bfloat16, ``save_pretrained``, a forward, greedy generate."""
+    # imported in the step it serves (module docstring)
     import torch
     import transformers
 
@@ -142,6 +151,8 @@ def serve(spec: dict) -> dict:
 
     clock.step("meta", build_on_meta)
     model = clock.step("load", _load, spec, torch.bfloat16).eval()
+    if spec.get("stop_after") == "load":  # `--rows build-load`: the build and load rows only
+        return clock.results
     with tempfile.TemporaryDirectory(dir=spec.get("scratch")) as out:
         clock.step("save", model.save_pretrained, out, max_shard_size=spec["shard"])
     ids = torch.randint(3, model.config.vocab_size, (1, spec["length"]), generator=torch.Generator().manual_seed(0))
@@ -162,6 +173,7 @@ def serve(spec: dict) -> dict:
 
 def remote(spec: dict) -> dict:
     """Ours through ``trust_remote_code`` with the package never imported: the code's import, then the load."""
+    # imported in the step it serves (module docstring)
     import torch
 
     start = time.perf_counter()
@@ -176,6 +188,7 @@ def remote(spec: dict) -> dict:
 
 def train(spec: dict) -> dict:
     """One float32 AdamW step with gradient checkpointing, then one without (the larger peak second)."""
+    # imported in the step it serves (module docstring)
     import torch
 
     _import_model_code(spec)
@@ -205,6 +218,7 @@ def calibrate(spec: dict) -> dict:
     use (``F.linear``'s [out, in] weights; GPT-2's Conv1D multiplies by [in, out] ones, which bfloat16 runs several
     times slower on a CPU without bfloat16 instructions), filling and writing memory."""
     start = time.perf_counter()
+    # imported in the step it serves (module docstring)
     import torch
     from transformers import AutoModelForCausalLM  # noqa: F401  (what every process imports before its model)
     from transformers.models.llama import modeling_llama  # noqa: F401
@@ -249,6 +263,7 @@ KINDS = {"make": make, "convert": convert, "serve": serve, "remote": remote, "tr
 
 
 def main(spec: dict) -> dict:
+    # imported in the step it serves (module docstring)
     import torch
 
     torch.manual_seed(0)

@@ -27,6 +27,7 @@ from tests.factories import (
     SCHEMES,
     model_inputs,
     padded_batch,
+    settings,
     tiny_model,
 )
 
@@ -39,9 +40,9 @@ def valid_configs(draw):
     fields = dict(
         architecture=draw(st.sampled_from(FAMILIES)),
         position_embedding_type=draw(st.sampled_from(SCHEMES)),
-        norm_position=draw(st.sampled_from(["pre", "post"])),
-        norm_type=draw(st.sampled_from(["layernorm", "rmsnorm"])),
-        hidden_act=draw(st.sampled_from(["relu", "gelu", "silu", "gelu_new"])),
+        norm_position=draw(st.sampled_from(settings("norm_position"))),
+        norm_type=draw(st.sampled_from(settings("norm_type"))),
+        hidden_act=draw(st.sampled_from(settings("hidden_act"))),  # every row of the table, not a hand list
         gated_ffn=draw(st.booleans()),
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,
