@@ -598,11 +598,11 @@ def scaling_table(record: dict[str, Any]) -> str:
             e = fit[key]
             lines.append(f"| {label} | {basis} | {e['exponent']:.3f} {_interval(e['ci95'])} | {e['ols_exponent']:.3f} "
                          f"{_interval(e.get('ols_ci95'))} | {_interval(e.get('case_ci95'))} | {ch:.2f} | {ka:.2f} |")
-    choices = analysis.get("fit_choices")
-    if choices and choices["range"]:
-        lines += ["", "Other per-budget fits (total basis, OLS across budgets): " + "; ".join(
-            f"{name} {value:.3f}" for name, value in choices["exponents"].items() if value is not None)
-            + f": a from {choices['range'][0]:.3f} to {choices['range'][1]:.3f}."]
+    for basis, choices in analysis.get("fit_choices", {}).items():
+        if choices["range"]:
+            lines += ["", f"Other per-budget fits ({basis} basis, OLS across budgets): " + "; ".join(
+                f"{name} {value:.3f}" for name, value in choices["exponents"].items() if value is not None)
+                + f": a from {choices['range'][0]:.3f} to {choices['range'][1]:.3f}."]
     p = analysis["prediction"]
     lines.append("")
     if p["status"] != "ok":
@@ -766,11 +766,12 @@ def reanalysed(record: dict[str, Any], added: list[dict[str, Any]], where: dict[
     unknown = {r["budget"] for r in added} - set(plan["budgets"])
     if unknown:
         raise ValueError(f"--add-runs has runs of budgets the record's plan does not have: {sorted(unknown)}")
-    record = dict(record, reanalysed=dict(where, added_runs=[r["name"] for r in added]))
+    before = {r["name"] for r in record.get("learning_rate_runs", [])}
     if record.get("learning_rate_runs"):
-        record.update(rechoose_rates(record, added))
+        record = dict(record, **rechoose_rates(record, added))
     else:
-        record["runs"] = record["runs"] + added
+        record = dict(record, runs=record["runs"] + added)
+    record["reanalysed"] = dict(where, added_runs=[dict(name=r["name"], why=why_added(record, r, before)) for r in added])
     runs = record["runs"]
     budgets = tuple(b for b in plan["budgets"] if any(r["budget"] == b for r in runs))
     record.update(runs=sorted(runs, key=lambda r: (r["budget"], r["parameters"], r["seed"])),
@@ -778,6 +779,19 @@ def reanalysed(record: dict[str, Any], added: list[dict[str, Any]], where: dict[
     if record.get("rates_not_rerun"):
         record["analysis"]["rate_sensitivity"] = rate_sensitivity(record, budgets)
     return record
+
+
+def why_added(record: dict[str, Any], run: dict[str, Any], earlier_rate_runs: set[str]) -> str:
+    """What an added run is for in the refitted record, in a few words."""
+    homes = record.get("rate_homes", {})
+    if any(r["name"] == run["name"] for r in record.get("learning_rate_runs", [])):
+        moved = any(r["width"] == run["width"] for r in record["learning_rate_runs"] if r["name"] in earlier_rate_runs)
+        return (f"rate stage at d{run['width']}'s home budget {homes[str(run['width'])]:.3g}: "
+                + ("a rate beyond the highest (lowest) tried, to bracket it" if moved
+                   else "its home moved off a predicted budget"))
+    if any(r["name"] == run["name"] for r in record["runs"]):
+        return "an IsoFLOP run at its width's chosen rate"
+    return "superseded: not used by the fit"
 
 
 def rechoose_rates(record: dict[str, Any], added: list[dict[str, Any]]) -> dict[str, Any]:

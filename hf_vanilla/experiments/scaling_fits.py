@@ -258,25 +258,26 @@ def analyse(results: list[dict[str, Any]], budgets: tuple[float, ...], context: 
                                   stack["case_log_d"])
         exponents[basis] = dict(a=fit_n, b=fit_d, budgets=[per_budget[i]["budget"] for i in usable])
     return dict(compute=f"C = (6 N + 12 L d T) D, T = {context}", per_budget=per_budget, exponents=exponents,
-                fit_choices=fit_choices(results, budgets, context),
+                fit_choices={basis: fit_choices(results, budgets, context, basis) for basis in ("total", "kaplan")},
                 prediction=held_out_prediction(per_budget, draws_of, held_out))
 
 
-def fit_choices(results: list[dict[str, Any]], budgets: tuple[float, ...], context: int) -> dict[str, Any]:
-    """The total-basis exponent a under other reasonable per-budget fits (each budget's ln N_opt, then the
+def fit_choices(results: list[dict[str, Any]], budgets: tuple[float, ...], context: int, basis: str = "total"
+                ) -> dict[str, Any]:
+    """The exponent a in ``basis`` under other reasonable per-budget fits (each budget's ln N_opt, then the
     ordinary least-squares line across budgets), and their range: how much the choice of fit moves a."""
     choices: dict[str, list[float]] = {name: [] for name in CHOICES}
     log_c: list[float] = []
     for budget in budgets:
         runs = [r for r in results if r["budget"] == budget]
-        size = np.array([r["parameters"] for r in runs], dtype=float)
+        size = np.array([r[BASES[basis].parameters] for r in runs], dtype=float)
         loss = np.array([r["held_out_loss"]["all"] for r in runs])
         sizes = np.unique(size)
         for name, choose in CHOICES.items():
             choices[name].append(choose(np.log(size), loss, np.log(sizes)))
-        along = np.log(sizes)
-        by_size = np.log([run_compute(next(r for r in runs if r["parameters"] == s), "total", context) for s in sizes])
-        log_c.append(float(interpolate(np.array(choices["runs"][-1]), along, by_size)))
+        by_size = np.log([run_compute(next(r for r in runs if r[BASES[basis].parameters] == s), basis, context)
+                          for s in sizes])
+        log_c.append(float(interpolate(np.array(choices["runs"][-1]), np.log(sizes), by_size)))
     slopes = {name: float(np.polyfit(log_c, values, 1)[0]) if np.isfinite(values).all() and len(values) > 1
               else None for name, values in choices.items()}
     found = [v for v in slopes.values() if v is not None]
