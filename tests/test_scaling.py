@@ -126,6 +126,19 @@ def test_too_coarse_a_family_is_refused():
         scaling.isoflop_specs(plan, {w: 1e-3 for w in plan.widths})
 
 
+def test_no_rate_is_chosen_at_a_budget_the_frontier_predicts():
+    # every width the sweep uses has a home budget among the fitted ones (the seeded sweep chose d32, d40 and d56's
+    # rates at 7.94e11, a predicted budget), the one using it whose grid centre is nearest where one does
+    for plan in scaling.PLANS.values():
+        counts = scaling.family(plan)
+        homes = scaling.home_budgets(plan, counts)
+        fitted = plan.budgets[:-fits.HELD_OUT]
+        assert set(homes) == {w for b in plan.budgets for w in scaling.widths_for(b, plan, counts)}
+        assert set(homes.values()) <= set(fitted)
+        assert all(w in scaling.widths_for(b, plan, counts) for w, b in homes.items()
+                   if any(w in scaling.widths_for(f, plan, counts) for f in fitted))
+
+
 def test_learning_rate_chosen_on_validation_and_a_diverged_run_loses():
     plan = scaling.CPU
     runs = [dict(width=8, learning_rate=1e-3, validation_loss=5.0), dict(width=8, learning_rate=2e-3, validation_loss=4.9),
@@ -527,6 +540,17 @@ def record_problems(record: dict) -> list[str]:
     predicted = plan["budgets"][-fits.HELD_OUT:]
     problems += [f"width {w}: rate chosen at the predicted budget {b:.3g}" for w, b in record["rate_homes"].items()
                  if b in predicted]
+    for width, rate in record["learning_rates"].items():  # bracketed means a worse rate tried on each side
+        used = {r["learning_rate"] for r in record["runs"] if str(r["width"]) == width}
+        if used != {rate} and width not in record["rates_not_rerun"]:
+            problems.append(f"width {width}: IsoFLOP runs at {used}, chosen {rate}, not named as not rerun")
+        tried = {r["learning_rate"]: r["validation_loss"] for r in record["learning_rate_runs"] if str(r["width"]) == width}
+        if rate not in tried:
+            problems.append(f"width {width}: its chosen rate {rate} was never tried at its home budget")
+            continue
+        worse = [lr for lr, loss in tried.items() if loss is None or loss > tried[rate]]
+        if record["bracketed"][width] != (any(lr < rate for lr in worse) and any(lr > rate for lr in worse)):
+            problems.append(f"width {width}: bracketed is {record['bracketed'][width]}, the rates tried say otherwise")
     return problems
 
 
@@ -540,8 +564,8 @@ def test_the_committed_record_recomputes(committed):
 
 
 def test_a_flawed_record_is_caught(committed):
-    # three planted flaws, each alone: losses shuffled among the runs, a prediction interval collapsed to the
-    # prediction, the frontier's compute counted in Kaplan's basis
+    # planted flaws, each alone: losses shuffled among the runs, a prediction interval collapsed to the
+    # prediction, the frontier's compute counted in Kaplan's basis, a width's runs at a rate it did not choose
     shuffled = json.loads(json.dumps(committed))
     losses = [r["held_out_loss"] for r in shuffled["runs"]]
     for r, loss in zip(shuffled["runs"], losses[7:] + losses[:7], strict=True):
@@ -553,7 +577,12 @@ def test_a_flawed_record_is_caught(committed):
     for b in kaplan["analysis"]["per_budget"]:
         best = next(r for r in kaplan["runs"] if r["budget"] == b["budget"] and r["parameters"] == b["best_size"])
         b["best_compute"] = fits.run_compute(best, "kaplan", kaplan["plan"]["block_size"])
-    for flawed, words in ((shuffled, "held-out"), (collapsed, "interval"), (kaplan, "total basis")):
+    unnamed = json.loads(json.dumps(committed))  # a width whose runs are at another rate than it chose, unnamed
+    width = next(iter(unnamed["learning_rates"]))
+    unnamed["learning_rates"][width] *= 2
+    unnamed["rates_not_rerun"].pop(width, None)
+    for flawed, words in ((shuffled, "held-out"), (collapsed, "interval"), (kaplan, "total basis"),
+                          (unnamed, "not named as not rerun")):
         assert any(words in p for p in record_problems(flawed)), words
 
 
