@@ -756,10 +756,7 @@ def reanalysed(record: dict[str, Any], added: list[dict[str, Any]], where: dict[
     for run in record["runs"]:  # the first sweep's runs: one seed, one rate, both then fields of the plan
         run.setdefault("seed", plan.get("seed", 0))
         run.setdefault("learning_rate", plan.get("learning_rate"))
-    recorded = {r["name"]: r for r in record["runs"] + record.get("learning_rate_runs", [])
-                + record.get("superseded_runs", [])}
-    added = [r for r in added if recorded.get(r["name"]) != r]  # a runs folder rebuilt from the record holds its own
-    known = set(recorded)
+    known = {r["name"] for r in record["runs"] + record.get("learning_rate_runs", []) + record.get("superseded_runs", [])}
     keys = [(r["budget"], r["width"], r["learning_rate"], r["seed"]) for r in record["runs"] + added]
     if len(set(keys)) != len(keys) or known & {r["name"] for r in added}:
         raise ValueError("--add-runs repeats a run the record has (same budget, width, rate and seed); drop it")
@@ -845,9 +842,9 @@ def rate_sensitivity(record: dict[str, Any], budgets: tuple[float, ...]) -> dict
     """The exponent and predictions again with each not-rerun width's losses lowered by the gain its chosen
     rate measured at its home budget: what rerunning those widths at their rates would move, as far as one
     seed at one budget can say."""
-    gains = {int(w): v["held_out_gain_at_home"] for w, v in record["rates_not_rerun"].items()
+    gains = {w: v["held_out_gain_at_home"] for w, v in record["rates_not_rerun"].items()
              if v["held_out_gain_at_home"] is not None}
-    lowered = [dict(r, held_out_loss=dict(r["held_out_loss"], all=r["held_out_loss"]["all"] - gains.get(r["width"], 0.0)))
+    lowered = [dict(r, held_out_loss=dict(r["held_out_loss"], all=r["held_out_loss"]["all"] - gains.get(str(r["width"]), 0.0)))
                for r in record["runs"]]
     analysis = analyse(lowered, budgets, record["plan"]["block_size"], draws=400)
     return dict(gains=gains, a=analysis["exponents"]["total"]["a"]["exponent"],
