@@ -788,6 +788,8 @@ def why_added(record: dict[str, Any], run: dict[str, Any], earlier_rate_runs: se
                    else "its home moved off a predicted budget"))
     if any(r["name"] == run["name"] for r in record["runs"]):
         return "an IsoFLOP run at its width's chosen rate"
+    if record.get("learning_rates", {}).get(str(run["width"])) == run["learning_rate"]:
+        return "an IsoFLOP run at its width's chosen rate, not fitted until every run of the width has run"
     return "superseded: not used by the fit"
 
 
