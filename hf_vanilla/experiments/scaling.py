@@ -806,11 +806,12 @@ def rechoose_rates(record: dict[str, Any], added: list[dict[str, Any]]) -> dict[
     rates = choose_learning_rates(plan, rate_runs)
     runs, not_rerun = [], {}
     for width in sorted(homes):
-        names = {spec(b, width, plan, counts, rates[width], seed).name for b in plan.budgets
-                 if width in widths_for(b, plan, counts) for seed in plan.seeds} if width in rates else {""}
-        if names <= set(pool):
+        budgets = {b for b in plan.budgets if width in widths_for(b, plan, counts)}
+        names = {spec(b, width, plan, counts, rates[width], seed).name for b in budgets
+                 for seed in plan.seeds} if width in rates else {""}
+        if names <= set(pool):  # with any added seeds of those runs
             runs += [pool[n] for n in sorted(names)] + [r for r in added if r["width"] == width and r["name"] not in names
-                                                        and r["learning_rate"] == rates[width]]
+                                                        and r["learning_rate"] == rates[width] and r["budget"] in budgets]
             continue
         earlier = [r for r in record["runs"] if r["width"] == width]
         runs += earlier
