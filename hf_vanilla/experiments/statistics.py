@@ -138,12 +138,14 @@ def power(effect: float, sd: float, n: int, confidence: float = CONFIDENCE, grid
     if n < 2:
         return 0.0
     df, crit, shift = n - 1, critical_value(n, confidence), abs(effect) / sd * math.sqrt(n)
-    # sample variance / sd^2 = V / df with V ~ chi2(df): reject when |Z + shift| > crit * sqrt(V / df)
-    v = np.linspace(1e-9, df + 40 * math.sqrt(2 * df) + 40, grid)
-    density = np.exp((df / 2 - 1) * np.log(v) - v / 2 - (df / 2) * math.log(2) - math.lgamma(df / 2))
+    # sample variance / sd^2 = V / df with V ~ chi2(df): reject when |Z + shift| > crit * sqrt(V / df); integrated
+    # over log V, where the chi-square density times V is smooth for every df (df = 1 has a pole at V = 0)
+    w = np.linspace(-40.0, math.log(df + 40 * math.sqrt(2 * df) + 40), grid)
+    v = np.exp(w)
+    density = np.exp((df / 2) * w - v / 2 - (df / 2) * math.log(2) - math.lgamma(df / 2))
     bound = crit * np.sqrt(v / df)
     reject = normal_cdf(-bound - shift) + 1 - normal_cdf(bound - shift)
-    return float(np.trapezoid(reject * density, v) / np.trapezoid(density, v))
+    return float(np.trapezoid(reject * density, w) / np.trapezoid(density, w))
 
 
 def detectable_difference(sd: float, n: int, target_power: float = 0.8, confidence: float = CONFIDENCE) -> float | None:
