@@ -29,7 +29,7 @@ import re
 import shlex
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +102,8 @@ class Plan:
     command: str
     tokens_per_run: int = 0
     base_config_source: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
+    name: str = "compare"  # the stem of the report's files
+    runs_dir: Path | None = None  # where the run folders go (default: OUTPUT_DIR/runs)
 
     @property
     def base(self) -> Setting:
@@ -115,7 +116,7 @@ class Plan:
         return options
 
     def run_dir(self, setting: Setting, seed: int) -> Path:
-        return self.output_dir / "runs" / setting.folder / f"seed-{seed}"
+        return (self.runs_dir or self.output_dir / "runs") / setting.folder / f"seed-{seed}"
 
     def as_record(self) -> dict[str, Any]:
         """What must match for a later command to go on with this experiment (the seeds may grow)."""
@@ -142,6 +143,11 @@ def build_parser(prog: str = "hf-vanilla compare") -> argparse.ArgumentParser:
     own.add_argument("--measure", nargs="*", default=[], choices=sorted(_measures()),
                      help="besides the held-out loss and perplexity: extrapolation (loss at 1x-4x the training "
                           "length), speed (training tokens per second)")
+    own.add_argument("--name", default="compare", type=report_name,
+                     help="the report's file names: NAME.md, NAME.json, NAME-curves.png, ... (several experiments in "
+                          "one folder)")
+    own.add_argument("--runs", default=None, metavar="DIR",
+                     help="where the run folders go (default: OUTPUT_DIR/runs)")
     own.add_argument("--base", default=None, metavar="FOLDER",
                      help="the base model's architecture from a saved model's config.json (trained from scratch)")
     own.add_argument("--task", default="clm", choices=TASKS_MEASURED, help="what every run trains")
@@ -169,6 +175,12 @@ EPILOG = """examples:
       --vary norm_position=pre,post --vary warmup_steps=100,0
   hf-vanilla compare --study extrapolation --output-dir runs/extrapolation    # docs/compare.md's recipes
 """
+
+
+def report_name(text: str) -> str:
+    if not re.fullmatch(r"[\w-]+", text):
+        raise argparse.ArgumentTypeError(f"{text!r}: a name of letters, digits, '_' and '-'")
+    return text
 
 
 def _measures() -> dict[str, str]:
@@ -207,14 +219,19 @@ def run_command(argv: list[str], before_run: Callable[[], None] | None = None) -
 
 
 def with_study(argv: list[str]) -> list[str]:
-    """``--study NAME``'s flags put before the command's own (a flag given again wins, as argparse keeps the last)."""
+    """``--study NAME``'s flags put before the command's own: a flag given again wins (argparse keeps the last), and
+    a ``--vary`` given replaces all the study's ``--vary``."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--study", default=None)
+    parser.add_argument("--vary", action="append", default=[])
     known, _ = parser.parse_known_args(argv)
     studies = _studies()
     if known.study is None or known.study not in studies:
         return list(argv)  # an unknown name is refused by the full parser, naming the choices
-    return [*studies[known.study].argv, *argv]
+    flags = list(studies[known.study].argv)
+    if known.vary:
+        flags = [flag for i, flag in enumerate(flags) if flag != "--vary" and (i == 0 or flags[i - 1] != "--vary")]
+    return [*flags, *argv]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -261,7 +278,8 @@ def make_plan(args: argparse.Namespace, command: str) -> Plan:
                 for combination in itertools.product(*(vals for _, vals in varied))]
     plan = Plan(task=args.task, output_dir=Path(args.output_dir), varied=varied, settings=[], refused=[],
                 seeds=args.seeds, options=options, measures=tuple(args.measure), command=command,
-                tokens_per_run=tokens, base_config_source=source)
+                tokens_per_run=tokens, base_config_source=source, name=args.name,
+                runs_dir=Path(args.runs) if args.runs else None)
     for setting in settings:
         problem = config_problem(plan, setting)
         if problem is None:
@@ -311,7 +329,7 @@ def parse_vary(entry: str) -> tuple[str, tuple[Any, ...]]:
     if not sep or name not in choices:
         raise CompareError(f"--vary {entry!r}: give OPTION=V1,V2 with OPTION one of the table's options "
                            f"({', '.join(table_options())}) or a training setting ({', '.join(TRAINING_SETTINGS)})")
-    vals = tuple(parse_value(v.strip()) for v in text.split(",") if v.strip())
+    vals = tuple(typed_value(name, v.strip()) for v in text.split(",") if v.strip())
     if len(vals) < 2 or len(set(map(repr, vals))) != len(vals):
         raise CompareError(f"--vary {entry!r}: give at least two different values, separated by commas")
     allowed = values(name) if name in table_options() else ()
@@ -321,6 +339,12 @@ def parse_vary(entry: str) -> tuple[str, tuple[Any, ...]]:
             raise CompareError(f"--vary {name}: {wrong[0]!r} is not in the table of variants; its values are "
                                f"{', '.join(map(str, allowed))}")
     return name, vals
+
+
+def typed_value(option: str, text: str) -> Any:
+    """A value as the table spells it (``none`` is the scheme, not None), else as ``--config`` parses it."""
+    known = [value for value in values(option) if str(value).lower() == text.lower()] if option in table_options() else []
+    return known[0] if known else parse_value(text)
 
 
 def base_config(folder: Path, task: str) -> dict[str, Any]:

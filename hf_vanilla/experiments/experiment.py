@@ -9,23 +9,23 @@ seal), is refused before anything trains, never replaced: the user keeps it by m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from ..files.output_folder import ChangedFileError, OutputFolder
 from .compare import CompareError, Plan, Setting, variant_config
+from .report import Files
 from .runner import FINAL, RunSpec, default_workers, run_all
 
-PLAN = "plan.json"
 
-
-def report_names(plan: Plan) -> list[str]:
-    from .report import names
-
-    return names("extrapolation" in plan.measures)
+def files(plan: Plan) -> Files:
+    return Files.of(plan.name)
 
 
 def specs(plan: Plan) -> list[RunSpec]:
@@ -48,22 +48,49 @@ def refuse_changed(folder: OutputFolder, names: list[str]) -> None:
 
 def keep_plan(folder: OutputFolder, plan: Plan) -> None:
     """Write the plan, or check that this command continues the plan the folder holds (more seeds allowed)."""
-    path = folder.path / PLAN
-    if path.is_file() and PLAN in {p.name for p in folder.own_files()}:
+    name = files(plan).plan
+    path = folder.path / name
+    if path.is_file() and name in {p.name for p in folder.own_files()}:
         held = json.loads(path.read_text(encoding="utf-8"))
         mine = plan.as_record()
         differs = [key for key in mine if held.get(key) != mine[key]]
         if differs:
-            raise CompareError(f"{folder.path} holds another experiment ({differs[0]} differs from its plan.json): run "
-                               f"its own command ({held.get('command', 'see its plan.json')}) to go on with it, or "
-                               "choose another --output-dir")
-    folder.write_json(PLAN, dict(plan.as_record(), command=plan.command, seeds=plan.seeds))
+            raise CompareError(f"{folder.path} holds another experiment named {plan.name} ({differs[0]} differs from "
+                               f"its {name}): run its own command ({held.get('command', 'see ' + name)}) to go on "
+                               "with it, or choose another --output-dir or --name")
+    folder.write_json(name, dict(plan.as_record(), command=plan.command, seeds=plan.seeds))
 
 
-def check_run_folders(plan: Plan) -> None:
+def check_run_folders(run_dirs: Iterable[Path]) -> None:
     """Each run folder is absent or a run of hf_vanilla's (what --resume continues), before anything trains."""
-    for spec in specs(plan):
-        OutputFolder(spec.run_dir, "run").check(resume=True)
+    for run_dir in run_dirs:
+        OutputFolder(run_dir, "run").check(resume=True)
+
+
+@contextlib.contextmanager
+def claimed(out: Path, names: list[str], run_dirs: Iterable[Path] = ()) -> Iterator[OutputFolder]:
+    """The experiment folder ``out``, checked as train checks its folder (busy, another kind, the user's files
+    without a record), each run folder checked, then locked for the block with ``names`` entered in its record: a
+    file of those names that is the user's (not hf_vanilla's, or changed since hf_vanilla sealed it) is refused
+    now, before anything trains, never replaced later."""
+    folder = OutputFolder(out, "experiments")
+    folder.check()
+    check_run_folders(run_dirs)
+    with folder.locked():
+        refuse_changed(folder, names)
+        folder.claim(names)
+        yield folder
+
+
+@contextlib.contextmanager
+def claimed_outputs(out: Path, name: str, run_dirs: Iterable[Path] = ()) -> Iterator[tuple[Path, Path, Path]]:
+    """``out/NAME.png``, ``NAME.md`` and ``NAME.json`` claimed (:func:`claimed`), yielded to write, then sealed;
+    written again only while they are as sealed (the scaling sweep's outputs)."""
+    names = [f"{name}.{suffix}" for suffix in ("png", "md", "json")]
+    with claimed(out, names, [Path(d) for d in run_dirs]) as folder:
+        yield tuple(folder.path / file for file in names)  # type: ignore[misc]
+        refuse_changed(folder, names)
+        folder.seal(file for file in names if (folder.path / file).exists())
 
 
 def describe(plan: Plan, workers: int, threads: int) -> str:
@@ -124,19 +151,17 @@ def run_plan(plan: Plan, *, workers: int | None, threads: int, estimate_only: bo
     from . import report
 
     workers = default_workers(threads=threads) if workers is None else workers
-    folder = OutputFolder(plan.output_dir, "experiments")
-    folder.check()
-    check_run_folders(plan)
-    print(describe(plan, workers, threads), file=sys.stderr)
-    runs = specs(plan)
+    runs, names = specs(plan), files(plan)
     if estimate_only:
+        OutputFolder(plan.output_dir, "experiments").check()
+        check_run_folders(spec.run_dir for spec in runs)
+        print(describe(plan, workers, threads), file=sys.stderr)
         print(json.dumps(estimate(plan, workers, threads, runs), indent=1))
         return 0
-    with folder.locked():
-        names = report_names(plan)
-        refuse_changed(folder, [*names, PLAN])
-        folder.claim(names)  # recorded before anything trains: a user's file of these names was refused just now
+    written = names.report("extrapolation" in plan.measures)
+    with claimed(plan.output_dir, [*written, names.plan], (spec.run_dir for spec in runs)) as folder:
         keep_plan(folder, plan)
+        print(describe(plan, workers, threads), file=sys.stderr)
         left = [spec for spec in runs if not _recorded(spec)]
         if left:
             guess = estimate(plan, workers, threads, left)
@@ -150,11 +175,11 @@ def run_plan(plan: Plan, *, workers: int | None, threads: int, estimate_only: bo
         where = report.provenance(plan, workers=workers, threads=threads, load_at_start=load,
                                   wall_time_s=time.time() - start)
         summary = report.summarise(plan, outcomes, where)
-        refuse_changed(folder, names)
-        report.write(folder, summary)
+        refuse_changed(folder, written)
+        report.write(folder, summary, names)
     unfinished = [name for name, found in outcomes.items() if found["status"] not in FINAL]
     print(report.headline(summary))
-    print(f"compare: report in {plan.output_dir / 'compare.md'}" + (
+    print(f"compare: report in {plan.output_dir / names.markdown}" + (
         f"; {len(unfinished)} runs unfinished (the same command goes on with them)" if unfinished else ""),
         file=sys.stderr)
     failed = [name for name, found in outcomes.items() if found["status"] == "failed"]

@@ -105,6 +105,11 @@ def loss_at(model: Any, stream: torch.Tensor, window: int, train_length: int, ba
     return total / count
 
 
+def perplexity_at(model: Any, stream: torch.Tensor, window: int, train_length: int, batch_tokens: int = 8192) -> float:
+    """:func:`loss_at` as a perplexity."""
+    return math.exp(loss_at(model, stream, window, train_length, batch_tokens))
+
+
 def extrapolation(task_name: str, run_dir: Path, options: dict[str, Any],
                   factors: tuple[int, ...] = LENGTH_FACTORS) -> dict[str, Any]:
     """Held-out loss of the run's final model at each factor of its training length (None beyond its position

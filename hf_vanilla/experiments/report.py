@@ -24,13 +24,30 @@ from ..errors import HfVanillaError, sentence
 from . import statistics as st
 from .measures import LENGTH_FACTORS
 
-MARKDOWN, DATA, CURVES, EXTRAPOLATION, CARD = ("compare.md", "compare.json", "compare-curves.png",
-                                               "compare-extrapolation.png", "README.md")
+DEFAULT_NAME = "compare"
 
 
-def names(extrapolation: bool) -> list[str]:
-    """The report's files in the experiment folder."""
-    return [MARKDOWN, DATA, CURVES, CARD] + [EXTRAPOLATION] * extrapolation
+@dataclass(frozen=True)
+class Files:
+    """The names of an experiment's files in its folder, from its name (``--name``; default ``compare``). The card is
+    README.md in a folder of its own (the Hub reads it as the card), else NAME-card.md beside other experiments."""
+
+    stem: str
+    markdown: str
+    data: str
+    curves: str
+    extrapolation: str
+    plan: str
+    card: str
+
+    @classmethod
+    def of(cls, stem: str = DEFAULT_NAME) -> Files:
+        return cls(stem, f"{stem}.md", f"{stem}.json", f"{stem}-curves.png", f"{stem}-extrapolation.png",
+                   f"{stem}-plan.json", "README.md" if stem == DEFAULT_NAME else f"{stem}-card.md")
+
+    def report(self, extrapolation: bool) -> list[str]:
+        """The report's files."""
+        return [self.markdown, self.data, self.curves, self.card] + [self.extrapolation] * extrapolation
 
 
 @dataclass(frozen=True)
@@ -62,9 +79,8 @@ def metrics(measures: tuple[str, ...]) -> list[Metric]:
 # The numbers
 
 
-def provenance(plan: Any, *, workers: int, threads: int, load_at_start: tuple[float, ...], wall_time_s: float
-               ) -> dict[str, Any]:
-    """The exact command, the commit (and whether the tree had changes), the machine and its load."""
+def machine() -> dict[str, Any]:
+    """Which code ran where: the commit (and whether the tree had changes), the versions, the machine, its load."""
     import torch
     import transformers
 
@@ -78,13 +94,21 @@ def provenance(plan: Any, *, workers: int, threads: int, load_at_start: tuple[fl
         except (OSError, subprocess.SubprocessError):
             return ""
 
-    return dict(command=plan.command, commit=git("rev-parse", "HEAD") or None,
+    return dict(commit=git("rev-parse", "HEAD") or None,
                 uncommitted_changes=bool(git("status", "--porcelain", "--untracked-files=no")),
                 hf_vanilla=__version__, torch=torch.__version__, transformers=transformers.__version__,
                 machine=f"{platform.machine()} {platform.processor() or ''}".strip(), system=platform.platform(),
-                cpus=os.cpu_count(), workers=workers, threads_per_worker=threads,
-                load_average_at_start=[round(x, 2) for x in load_at_start],
-                load_average_at_end=[round(x, 2) for x in os.getloadavg()], wall_time_s=round(wall_time_s, 1))
+                cpus=os.cpu_count(), torch_threads=torch.get_num_threads(),
+                load_average=[round(x, 2) for x in os.getloadavg()])
+
+
+def provenance(plan: Any, *, workers: int, threads: int, load_at_start: tuple[float, ...], wall_time_s: float
+               ) -> dict[str, Any]:
+    """The exact command, :func:`machine`, the workers and the load at the start and the end."""
+    here = machine()
+    return dict(here, command=plan.command, workers=workers, threads_per_worker=threads,
+                load_average_at_start=[round(x, 2) for x in load_at_start], load_average_at_end=here["load_average"],
+                wall_time_s=round(wall_time_s, 1))
 
 
 def by_seed(plan: Any, outcomes: dict[str, dict[str, Any]], metric: Metric) -> dict[str, dict[int, float]]:
@@ -267,14 +291,14 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def card(summary: dict[str, Any]) -> str:
-    """README.md: the report as a Hub dataset card, local paths reduced to base names."""
+def card(summary: dict[str, Any], files: Files) -> str:
+    """The report as a Hub dataset card, local paths reduced to base names."""
     from ..publishing.public import without_local_paths
 
-    header = ("---\ntags:\n- hf-vanilla\n- ablation\n- hf-vanilla-compare\nconfigs: []\n---\n\n")
+    header = "---\ntags:\n- hf-vanilla\n- ablation\n- hf-vanilla-compare\n---\n\n"
     return header + without_local_paths(markdown(summary)) + (
-        f"\n![loss curves]({CURVES})\n" + (f"\n![extrapolation]({EXTRAPOLATION})\n"
-                                           if "extrapolation" in summary["measures"] else ""))
+        f"\n![loss curves]({files.curves})\n" + (f"\n![extrapolation]({files.extrapolation})\n"
+                                                 if "extrapolation" in summary["measures"] else ""))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -327,23 +351,23 @@ def draw_extrapolation(summary: dict[str, Any], path: Path) -> None:
     Picture(figure).save(path)
 
 
-def write(folder: Any, summary: dict[str, Any]) -> list[str]:
-    """The report into ``folder`` (an OutputFolder, locked): written in a work folder, scanned for secrets, then
-    moved in and sealed through the folder's record."""
+def write(folder: Any, summary: dict[str, Any], files: Files) -> list[str]:
+    """The report into ``folder`` (an OutputFolder, locked): written in a work folder, the card scanned for secrets,
+    then moved in and sealed through the folder's record."""
     from ..files.atomic import atomic_write_text
     from ..publishing.secrets import refuse_secrets
 
-    work = folder.fresh("compare-report")
-    text, readme = markdown(summary), card(summary)
-    atomic_write_text(work / MARKDOWN, text)
-    atomic_write_text(work / DATA, json.dumps(summary, indent=1, default=str) + "\n")
-    atomic_write_text(work / CARD, readme)
-    draw_curves(summary, work / CURVES)
+    work = folder.fresh(f"{files.stem}-report")
+    readme = card(summary, files)
+    atomic_write_text(work / files.markdown, markdown(summary))
+    atomic_write_text(work / files.data, json.dumps(summary, indent=1, default=str) + "\n")
+    atomic_write_text(work / files.card, readme)
+    draw_curves(summary, work / files.curves)
     if "extrapolation" in summary["measures"]:
-        draw_extrapolation(summary, work / EXTRAPOLATION)
+        draw_extrapolation(summary, work / files.extrapolation)
     try:
-        refuse_secrets({CARD: readme})
+        refuse_secrets({files.card: readme})
     except HfVanillaError as error:  # the card is for publishing: left out, the rest of the report kept
-        (work / CARD).unlink()
-        print(f"hf-vanilla compare: {CARD} left out: {sentence(error)}", file=sys.stderr)
+        (work / files.card).unlink()
+        print(f"hf-vanilla compare: {files.card} left out: {sentence(error)}", file=sys.stderr)
     return folder.publish(work)
