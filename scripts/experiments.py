@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -26,12 +27,18 @@ sys.path.insert(0, str(REPO))  # run from a checkout without installing
 from hf_vanilla.errors import REFUSED, HfVanillaError, sentence  # noqa: E402
 from hf_vanilla.experiments.experiment import claimed_outputs  # noqa: E402, F401 -- scripts/scaling.py's
 from hf_vanilla.experiments.measures import perplexity_at  # noqa: E402, F401 -- scripts/scaling.py's
-from hf_vanilla.experiments.report import machine as provenance  # noqa: E402, F401 -- scripts/scaling.py's
+from hf_vanilla.experiments.report import machine  # noqa: E402
 
 #: ``--tiny``: a model and budget the tests run in seconds (compare's flags, after the study's).
 TINY = ("--preset", "tiny", "--config", "hidden_size=32", "--config", "intermediate_size=64", "--config",
         "num_hidden_layers=2", "--config", "num_attention_heads=2", "--block-size", "8", "--batch-size", "4",
         "--vocab-size", "300", "--max-steps", "4", "--seeds", "2", "--max-eval-samples", "4", "--max-test-samples", "8")
+
+
+def provenance() -> dict:
+    """scripts/scaling.py's record of where it ran, in the names its records have always used."""
+    here = machine()
+    return dict(here, dirty=here["uncommitted_changes"], load_average_at_start=here["load_average"])
 
 
 def compare_argv(name: str, out: Path, runs: Path, tiny: bool, rest: list[str]) -> list[str]:
@@ -40,8 +47,9 @@ def compare_argv(name: str, out: Path, runs: Path, tiny: bool, rest: list[str]) 
             *(TINY if tiny else ()), *rest]
 
 
-def run_study(name: str, argv: list[str]) -> int:
-    """``hf-vanilla compare`` with ``argv``; a refusal is one sentence naming this command, exit 2."""
+def run_study(name: str, argv: list[str], command: str) -> int:
+    """``hf-vanilla compare`` with ``argv`` (``command``: this one, for the report); a refusal is one sentence
+    naming this command, exit 2."""
     from hf_vanilla import register
     from hf_vanilla.experiments import compare
     from hf_vanilla.experiments.experiment import run_plan
@@ -49,7 +57,7 @@ def run_study(name: str, argv: list[str]) -> int:
     argv = compare.with_study(argv)
     args = compare.build_parser(f"experiments.py {name}").parse_args(argv)
     try:
-        plan = compare.make_plan(args, "python scripts/experiments.py " + " ".join([name, *sys.argv[2:]]))
+        plan = compare.make_plan(args, command)
         register()
         return run_plan(plan, workers=args.workers, threads=args.threads, estimate_only=args.estimate,
                         time_limit_minutes=args.time_limit_minutes)
@@ -97,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reanalyse", type=Path, default=None, metavar="RECORD", help="scaling: refit a record")
     parser.add_argument("--add-runs", type=Path, nargs="*", default=[], metavar="RESULT",
                         help="scaling, with --reanalyse: result.json files of more runs to fit too")
+    argv = sys.argv[1:] if argv is None else list(argv)
     args, rest = parser.parse_known_args(argv)
     if args.experiment == "scaling":
         args = parser.parse_args(argv)  # the sweep takes only its own flags
@@ -104,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         return scaling_command(parser, args)
     rest += ["--data-files", *args.data_files] * bool(args.data_files) + ["--estimate"] * args.estimate
     rest += ["--workers", str(args.workers)] * (args.workers is not None)
-    return run_study(args.experiment, compare_argv(args.experiment, args.out, args.runs, args.tiny, rest))
+    return run_study(args.experiment, compare_argv(args.experiment, args.out, args.runs, args.tiny, rest),
+                     "python scripts/experiments.py " + shlex.join(argv))
 
 
 if __name__ == "__main__":

@@ -197,9 +197,7 @@ def _studies() -> dict[str, Any]:
 
 def run_command(argv: list[str], before_run: Callable[[], None] | None = None) -> int:
     """``hf-vanilla compare ARGS``: 0 when the report is written, 2 with one sentence when refused."""
-    argv = with_study(argv)
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(with_study(argv))
     try:
         plan = make_plan(args, "hf-vanilla compare " + shlex.join(argv))
     except (CompareError, ValueError, FileNotFoundError) as error:
