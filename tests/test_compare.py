@@ -228,3 +228,13 @@ def test_a_killed_experiment_goes_on_and_keeps_what_the_user_edited(tmp_path: Pa
     assert (out / "compare.md").read_text().endswith("my notes\n")
     # Another plan in the same folder is refused, naming the command that goes on with this one.
     assert compare.run_command([*argv[:3], "position_embedding_type=rope,learned", *argv[4:]]) == 2
+
+
+def test_an_experiment_past_its_time_limit_starts_no_run_and_says_so(tmp_path: Path, text_files):
+    out = tmp_path / "exp"
+    argv = ["--output-dir", str(out), "--vary", "norm_position=pre,post", *TINY, "--seeds", "2", "--workers", "0",
+            "--time-limit", "0.001", "--data-files", *text_files]
+    assert compare.run_command(argv) == 0
+    text = (out / "compare.md").read_text()
+    assert text.count(": not started (the experiment's time limit was reached first)") == 4
+    assert "| pre (base) | no completed run |" in text and not (out / "runs" / "pre" / "seed-0").exists()

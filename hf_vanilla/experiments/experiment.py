@@ -29,10 +29,11 @@ def files(plan: Plan) -> Files:
 
 
 def specs(plan: Plan) -> list[RunSpec]:
-    """Every (variant, seed) run, base first, seed by seed within each variant."""
+    """Every (variant, seed) run, seed after seed, each seed's variants base first: an experiment cut short by its
+    time limit has whole pairs of runs to compare."""
     return [RunSpec(name=f"{setting.folder}/seed-{seed}", run_dir=plan.run_dir(setting, seed), task=plan.task,
                     options=plan.run_options(setting, seed), measures=plan.measures, resume_command=plan.command)
-            for setting in plan.settings for seed in range(plan.seeds)]
+            for seed in range(plan.seeds) for setting in plan.settings]
 
 
 def refuse_changed(folder: OutputFolder, names: list[str]) -> None:
