@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -169,12 +168,11 @@ def run_plan(plan: Plan, *, workers: int | None, threads: int, estimate_only: bo
             print(f"compare: {len(left)} of {len(runs)} runs to train; estimate {_minutes(guess['training_seconds'])} "
                   f"of training ({guess['seconds_per_step']} s per step by a probe here) plus each run's start-up "
                   "and evaluations", file=sys.stderr)
-        start, load = time.time(), os.getloadavg()
+        start, at_start = time.time(), report.machine()
         deadline = None if time_limit_minutes is None else start + time_limit_minutes * 60
         outcomes = run_all(runs, workers, threads, deadline=deadline, show_progress=show_progress,
                            on_outcome=announcer(len(left), workers))
-        where = report.provenance(plan, workers=workers, threads=threads, load_at_start=load,
-                                  wall_time_s=time.time() - start)
+        where = report.provenance(plan, at_start, workers=workers, threads=threads, wall_time_s=time.time() - start)
         summary = report.summarise(plan, outcomes, where)
         refuse_changed(folder, written)
         report.write(folder, summary, names)

@@ -102,13 +102,13 @@ def machine() -> dict[str, Any]:
                 load_average=[round(x, 2) for x in os.getloadavg()])
 
 
-def provenance(plan: Any, *, workers: int, threads: int, load_at_start: tuple[float, ...], wall_time_s: float
+def provenance(plan: Any, at_start: dict[str, Any], *, workers: int, threads: int, wall_time_s: float
                ) -> dict[str, Any]:
-    """The exact command, :func:`machine`, the workers and the load at the start and the end."""
-    here = machine()
-    return dict(here, command=plan.command, workers=workers, threads_per_worker=threads,
-                load_average_at_start=[round(x, 2) for x in load_at_start], load_average_at_end=here["load_average"],
-                wall_time_s=round(wall_time_s, 1))
+    """The exact command, :func:`machine` as it was when the experiment started (the commit that ran), the workers,
+    the load average at the start and the end."""
+    return dict(at_start, command=plan.command, workers=workers, threads_per_worker=threads,
+                load_average_at_start=at_start["load_average"],
+                load_average_at_end=[round(x, 2) for x in os.getloadavg()], wall_time_s=round(wall_time_s, 1))
 
 
 def by_seed(plan: Any, outcomes: dict[str, dict[str, Any]], metric: Metric) -> dict[str, dict[int, float]]:
