@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # imported where used: `hf-vanilla compare --help` reads OPTIONAL without loading torch
+    import torch
 
 #: The inference lengths of the extrapolation measure, as multiples of the training length.
 LENGTH_FACTORS = (1, 2, 3, 4)
@@ -71,6 +72,7 @@ def speed(result: Any, run_dir: Path) -> dict[str, Any]:
 def held_out_stream(task_name: str, tokenizer: Any, options: dict[str, Any], span: int) -> torch.Tensor:
     """The held-out split (test, else validation) as one token stream, as training joins it, cut to a whole number of
     ``span``-token windows and to at most about :data:`MAX_SCORED_TOKENS` tokens."""
+    import torch
     from datasets import DatasetDict
 
     from ..tasks import get_task
@@ -86,10 +88,18 @@ def held_out_stream(task_name: str, tokenizer: Any, options: dict[str, Any], spa
     return torch.tensor([token for block in blocks for token in block], dtype=torch.long)
 
 
-@torch.no_grad()
 def loss_at(model: Any, stream: torch.Tensor, window: int, train_length: int, batch_tokens: int = 8192) -> float:
     """Mean loss over ``stream`` cut into non-overlapping ``window``-token windows, scoring only tokens whose offset
     is not a multiple of ``train_length`` (the same tokens at every window that is a multiple of it)."""
+    import torch
+
+    with torch.no_grad():
+        return _mean_scored_loss(model, stream, window, train_length, batch_tokens)
+
+
+def _mean_scored_loss(model: Any, stream: torch.Tensor, window: int, train_length: int, batch_tokens: int) -> float:
+    import torch
+
     batch = max(1, batch_tokens // window)
     windows = stream[: stream.numel() // window * window].view(-1, window)
     offsets = torch.arange(windows.numel()).view(-1, window)[:, 1:]  # targets: every token but each window's first
@@ -114,6 +124,7 @@ def extrapolation(task_name: str, run_dir: Path, options: dict[str, Any],
                   factors: tuple[int, ...] = LENGTH_FACTORS) -> dict[str, Any]:
     """Held-out loss of the run's final model at each factor of its training length (None beyond its position
     table), all lengths scoring the same tokens."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from .. import register
