@@ -154,6 +154,7 @@ def test_a_refused_base_and_bad_input_are_one_sentence():
     for argv, words in [(("--vary", "position_embedding_type=rope,alibi"), "give the budget"),
                         (("--vary", "hidden_size=32,64", "--max-steps", "3"), "table's options"),
                         (("--vary", "norm_position=pre", "--max-steps", "3"), "at least two different values"),
+                        (("--vary", "architecture=decoder,encoder", "--max-steps", "3"), "the task decides"),
                         (("--vary", "norm_position=pre,post", "--config", "norm_position=pre", "--max-steps", "3"),
                          "both fixed"),
                         (("--vary", "norm_position=pre,post", "--seed", "4", "--max-steps", "3"), "--seeds N"),

@@ -327,6 +327,9 @@ def parse_vary(entry: str) -> tuple[str, tuple[Any, ...]]:
     if not sep or name not in choices:
         raise CompareError(f"--vary {entry!r}: give OPTION=V1,V2 with OPTION one of the table's options "
                            f"({', '.join(table_options())}) or a training setting ({', '.join(TRAINING_SETTINGS)})")
+    if name == "architecture":
+        raise CompareError("--vary architecture: the task decides the architecture (--task clm trains a decoder, mlm "
+                           "an encoder); compare variants of one architecture")
     vals = tuple(typed_value(name, v.strip()) for v in text.split(",") if v.strip())
     if len(vals) < 2 or len(set(map(repr, vals))) != len(vals):
         raise CompareError(f"--vary {entry!r}: give at least two different values, separated by commas")
