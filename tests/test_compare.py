@@ -102,7 +102,7 @@ def test_paired_difference_removes_what_a_seed_does_to_both():
 def test_verdicts_in_words():
     assert st.verdict(st.paired_difference([1.0, 1.2, 0.9], [1.0, 1.0, 1.0])) == st.NO_DIFFERENCE
     assert st.verdict(st.paired_difference([0.5, 0.6, 0.55], [1.0, 1.0, 1.0])).startswith("better by 0.45")
-    assert st.verdict(st.paired_difference([0.5], [1.0])).startswith("one seed: no interval")
+    assert st.verdict(st.paired_difference([0.5], [1.0])).startswith("one seed pair finished: no interval")
     with pytest.raises(ValueError, match="same seeds"):
         st.paired_difference([1.0, 2.0], [1.0])
     with pytest.raises(ValueError, match="finite"):

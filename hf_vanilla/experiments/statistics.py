@@ -120,7 +120,7 @@ def paired_difference(variant: Any, base: Any, confidence: float = CONFIDENCE) -
 def verdict(difference: Interval, unit: str = "", lower_is_better: bool = True) -> str:
     """What a difference says in words: "no difference measured" where its interval holds 0."""
     if difference.low is None:
-        return "one seed: no interval (give --seeds 2 or more)"
+        return "one seed pair finished: no interval (an interval needs two or more)"
     if difference.holds_zero:
         return NO_DIFFERENCE
     better = (difference.mean < 0) == lower_is_better
