@@ -1,37 +1,26 @@
-"""scripts/experiments.py: its scoring is exact, and both experiments run end to end (train, score, draw) in
-their --tiny mode, a diverged run recorded as such."""
+"""scripts/experiments.py, the door to the compare studies: the extrapolation scoring is exact, both studies run end
+to end in their --tiny form (a diverged run recorded as such), and a report the user edited is never replaced."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import math
-import random
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from hf_vanilla.experiments import compare, measures
+from hf_vanilla.experiments.recipes import STUDIES
+from tests.test_compare import text_files  # noqa: F401 -- the fixture
+
 REPO = Path(__file__).resolve().parents[1]
-WORDS = "the king queen lord lady sword crown night day love death heart blood fair foul speak".split()
-
-
 spec = importlib.util.spec_from_file_location("experiments_script", REPO / "scripts" / "experiments.py")
 experiments = importlib.util.module_from_spec(spec)
-sys.modules["experiments_script"] = experiments  # dataclasses look their module up by name
+sys.modules["experiments_script"] = experiments
 spec.loader.exec_module(experiments)
-
-
-@pytest.fixture(scope="module")
-def text_files(tmp_path_factory) -> tuple[str, ...]:
-    root, rng = tmp_path_factory.mktemp("text"), random.Random(0)
-    files = []
-    for split, n in (("train", 200), ("validation", 20), ("test", 40)):
-        lines = (" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))) + ".\n\n" for _ in range(n))
-        (root / f"{split}.txt").write_text("".join(lines), encoding="utf-8")
-        files.append(f"{split}={root / f'{split}.txt'}")
-    return tuple(files)
 
 
 class Bigram(torch.nn.Module):
@@ -46,46 +35,61 @@ class Bigram(torch.nn.Module):
 
 
 def test_every_window_length_scores_the_same_tokens():
-    # A model whose prediction of token i depends only on token i-1 gives the same perplexity at every window
-    # length only if the same targets are scored: the window-first tokens (no context) are left out each time.
-    stream = torch.randint(0, 11, (64,), generator=torch.Generator().manual_seed(1))
+    # A model whose prediction of token i depends only on token i-1 gives the same loss at every window length
+    # only if the same targets are scored: the window-first tokens (no context) are left out each time.
+    stream = torch.randint(0, 11, (48,), generator=torch.Generator().manual_seed(1))
     model = Bigram(11)
-    scores = [experiments.perplexity_at(model, stream, n, 4, batch_tokens=24) for n in (4, 8, 16, 32)]
+    scores = [measures.loss_at(model, stream, n, 4, batch_tokens=24) for n in (4, 8, 12, 16)]
     nll = torch.nn.functional.cross_entropy(model.table[stream[:-1]], stream[1:], reduction="none")
-    expected = math.exp(nll[torch.arange(1, 64) % 4 != 0].double().mean().item())
+    expected = nll[torch.arange(1, 48) % 4 != 0].double().mean().item()
     for score in scores:  # float32 logits: one token more or less would move it by ~1e-2, not 1e-7
         assert score == pytest.approx(expected, rel=1e-7)
+    assert measures.perplexity_at(model, stream, 8, 4) == pytest.approx(math.exp(expected), rel=1e-7)
 
 
-def test_extrapolation_tiny_end_to_end(tmp_path: Path, text_files):
-    record = experiments.run_experiment("extrapolation", tmp_path / "out", tmp_path / "runs", tiny=True,
-                                        data_files=text_files, schemes=("learned", "alibi"))
-    L = experiments.TINY.block_size
-    assert record["lengths"] == [L, 2 * L, 4 * L, 8 * L]
-    assert record["held_out_tokens"] % (8 * L) == 0 and record["held_out_tokens"] > 0
-    assert record["scored_tokens"] == record["held_out_tokens"] - record["held_out_tokens"] // L
-    learned, alibi = record["schemes"]["learned"]["perplexity"], record["schemes"]["alibi"]["perplexity"]
-    assert [learned[n] is None for n in record["lengths"]] == [False, True, True, True]  # the table stops at L
-    assert all(math.isfinite(p) and p > 1 for p in alibi.values())
-    table = (tmp_path / "out" / "extrapolation.md").read_text()
-    assert f"| learned | {learned[L]:.1f} | n/a | n/a | n/a |" in table
-    assert (tmp_path / "out" / "extrapolation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    saved = json.loads((tmp_path / "out" / "extrapolation.json").read_text())
-    assert saved["schemes"]["alibi"]["perplexity"] == {str(n): p for n, p in alibi.items()}
-    assert saved["tiny"] is True and saved["commit"]
+@pytest.mark.parametrize("name", sorted(STUDIES))
+def test_each_study_is_a_plan_with_nothing_refused(name):
+    args = compare.build_parser().parse_args(compare.with_study(["--study", name, "--output-dir", "unused"]))
+    plan = compare.make_plan(args, "test")
+    assert not plan.refused and len(plan.settings) >= 2 and plan.seeds >= 3
+    assert len({plan.run_options(s, 0)["max_steps"] for s in plan.settings}) == 1  # equal budgets
 
 
-def test_warmup_tiny_records_divergence_and_goes_on(tmp_path: Path, text_files):
-    # A learning rate of 1e30 sends the weights to inf within two updates: each run must be recorded as
-    # diverged (with its losses until then) and the experiment still draws and tabulates both.
-    record = experiments.run_experiment("warmup", tmp_path / "out", tmp_path / "runs", tiny=True,
-                                        data_files=text_files, learning_rates=(1e30,), norms=("post",))
-    runs = record["runs"]
-    assert sorted(r["warmup_steps"] for r in runs.values()) == [0, 1]
-    for row in runs.values():
-        assert row["status"] == "diverged", row
-        assert "diverged" in row["detail"] and row["validation_loss"] is None
-        assert row["train_losses"] and all(math.isfinite(v) for _, v in row["train_losses"][:1])
-    table = (tmp_path / "out" / "warmup.md").read_text()
-    assert table.count("training diverged") == 2
-    assert (tmp_path / "out" / "warmup.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+def door(tmp_path: Path, name: str, files: tuple[str, ...], *flags: str) -> int:
+    return experiments.main([name, "--tiny", "--out", str(tmp_path / "out"), "--runs", str(tmp_path / "runs"),
+                             "--workers", "0", "--data-files", *files, *flags])
+
+
+def test_extrapolation_tiny_end_to_end_and_an_edited_report_is_kept(tmp_path: Path, text_files, capsys):  # noqa: F811
+    assert door(tmp_path, "extrapolation", text_files, "--vary", "position_embedding_type=learned,alibi") == 0
+    out = tmp_path / "out"
+    report = json.loads((out / "extrapolation.json").read_text())
+    assert report["variants"] == ["learned", "alibi"] and report["seeds"] == 2
+    at = {m["key"]: m for m in report["metrics"]}
+    for n in measures.LENGTH_FACTORS:
+        assert all(row["interval"]["n"] == 2 for row in at[f"loss_at_{n}x"]["variants"].values())
+    outcome = json.loads((tmp_path / "runs" / "extrapolation" / "alibi" / "seed-0.json").read_text())
+    assert outcome["extrapolation"]["scored_tokens"] > 0 and outcome["extrapolation"]["training_length"] == 8
+    for picture in ("extrapolation-curves.png", "extrapolation-extrapolation.png"):
+        assert (out / picture).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| learned (base) |" in (out / "extrapolation.md").read_text()
+    # Issue 50.2: the user's notes in an output are kept; the same experiment again is refused, naming the file.
+    with open(out / "extrapolation.md", "a", encoding="utf-8") as notes:
+        notes.write("\nnotes\n")
+    capsys.readouterr()
+    assert door(tmp_path, "extrapolation", text_files, "--vary", "position_embedding_type=learned,alibi") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("experiments.py extrapolation: ") and "extrapolation.md changed since" in err, err
+    assert (out / "extrapolation.md").read_text().endswith("\nnotes\n")
+
+
+def test_warmup_tiny_records_divergence_and_goes_on(tmp_path: Path, text_files):  # noqa: F811
+    # A learning rate of 1e30 sends the weights to inf within two updates: recorded as diverged, not retried, and
+    # the report names it while the other variant is reported.
+    assert door(tmp_path, "warmup", text_files, "--vary", "learning_rate=1e-3,1e30", "--seeds", "1") == 0
+    found = json.loads((tmp_path / "runs" / "warmup" / "1e+30" / "seed-0.json").read_text())
+    assert found["status"] == "diverged" and "diverged" in found["detail"] and found["curve"]
+    text = (tmp_path / "out" / "warmup.md").read_text()
+    assert "1e+30/seed-0: diverged" in text and "| 0.001 (base) |" in text
+    assert door(tmp_path, "warmup", text_files, "--vary", "learning_rate=1e-3,1e30", "--seeds", "1") == 0
+    assert json.loads((tmp_path / "runs" / "warmup" / "1e+30" / "seed-0.json").read_text()) == found

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -364,24 +365,30 @@ def test_a_second_writer_is_told_a_run_is_in_progress_with_its_pid_not_to_resume
 
 @pytest.fixture
 def experiments(monkeypatch):
-    """scripts/experiments.py as a module, whose extrapolation fails the test if it measures (trains) anything."""
+    """scripts/experiments.py as a module, whose studies fail the test if they train anything."""
     spec = importlib.util.spec_from_file_location("experiments_script", ROOT / "scripts" / "experiments.py")
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "experiments_script", module)
     spec.loader.exec_module(module)
-    measure, *rest = module.EXPERIMENTS["extrapolation"]
-    monkeypatch.setitem(module.EXPERIMENTS, "extrapolation",
-                        (lambda *a, **k: pytest.fail("trained before refusing"), *rest))
+    import hf_vanilla.experiments.experiment as experiment
+
+    monkeypatch.setattr(experiment, "run_all", lambda *a, **k: pytest.fail("trained before refusing"))
+    monkeypatch.setattr(experiment, "estimate", lambda *a, **k: pytest.fail("probed before refusing"))
     return module
 
 
-def test_experiments_out_refuses_a_users_file_of_the_same_name_before_measuring(tmp_path, experiments):
+def extrapolation(experiments, out, runs) -> int:
+    return experiments.main(["extrapolation", "--tiny", "--out", str(out), "--runs", str(runs)])
+
+
+def test_experiments_out_refuses_a_users_file_of_the_same_name_before_measuring(tmp_path, experiments, capsys):
     out = tmp_path / "figures"
     OutputFolder(out, "experiments").add(["warmup.md"])  # a folder of experiment outputs...
     (out / "extrapolation.md").write_text("my own notes on extrapolation")  # ...holding a file of the user's
     before = snapshot(out)
-    with pytest.raises(FileExistsError, match=r"extrapolation.md in .* is not hf_vanilla's own .* move them elsewhere"):
-        experiments.run_experiment("extrapolation", out, tmp_path / "runs", tiny=True)
+    assert extrapolation(experiments, out, tmp_path / "runs") == 2
+    err = capsys.readouterr().err
+    assert re.search(r"extrapolation.md in .* is not hf_vanilla's own .* move them elsewhere", err), err
     assert snapshot(out) == before  # nothing recorded, nothing written
 
 
@@ -391,7 +398,7 @@ def test_experiments_refuse_a_folder_of_the_users_before_training_in_one_sentenc
     out = tmp_path / "my-documents"
     out.mkdir()
     (out / "thesis.tex").write_text("mine")
-    assert experiments.main(["extrapolation", "--tiny", "--out", str(out), "--runs", str(tmp_path / "runs")]) == 2
+    assert extrapolation(experiments, out, tmp_path / "runs") == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert err.startswith("experiments.py extrapolation: ") and "thesis.tex" in err and "choose a new or empty" in err
@@ -400,20 +407,22 @@ def test_experiments_refuse_a_folder_of_the_users_before_training_in_one_sentenc
 
 def test_experiments_refuse_a_run_folder_of_the_users_before_training_the_first_run(tmp_path, experiments, capsys):
     runs = tmp_path / "runs"
-    (runs / "extrapolation-alibi").mkdir(parents=True)  # not the first scheme: refused before the first trains
-    (runs / "extrapolation-alibi" / "notes.txt").write_text("mine")
-    argv = ["extrapolation", "--tiny", "--out", str(tmp_path / "out"), "--runs", str(runs)]
-    assert experiments.main(argv) == 2
+    mine = runs / "extrapolation" / "alibi" / "seed-1"  # not the first run: refused before the first trains
+    mine.mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine")
+    assert extrapolation(experiments, tmp_path / "out", runs) == 2
     err = capsys.readouterr().err
-    assert "extrapolation-alibi" in err and "notes.txt" in err and "--overwrite will not replace" in err, err
-    assert sorted(p.name for p in runs.iterdir()) == ["extrapolation-alibi"] and not (tmp_path / "out").exists()
+    assert "alibi/seed-1" in err and "notes.txt" in err and "--resume will not write into it" in err, err
+    assert [p.relative_to(runs).as_posix() for p in runs.rglob("*")] == [
+        "extrapolation", "extrapolation/alibi", "extrapolation/alibi/seed-1", "extrapolation/alibi/seed-1/notes.txt"]
+    assert not (tmp_path / "out").exists()
 
 
-def test_a_second_experiment_into_the_same_out_is_refused_while_the_first_writes(tmp_path, experiments):
+def test_a_second_experiment_into_the_same_out_is_refused_while_the_first_writes(tmp_path, experiments, capsys):
     out = tmp_path / "out"
     with OutputFolder(out, "experiments").locked():  # the first experiment, still measuring
-        with pytest.raises(FolderBusyError, match=rf"{out}: experiment outputs is in progress there .*pid {os.getpid()}"):
-            experiments.run_experiment("extrapolation", out, tmp_path / "runs", tiny=True)
+        assert extrapolation(experiments, out, tmp_path / "runs") == 2
+    assert re.search(rf"{out}: experiment outputs is in progress there .*pid {os.getpid()}", capsys.readouterr().err)
     assert not out.exists()
 
 
