@@ -14,7 +14,7 @@ from collections.abc import Callable
 #: Extra -> the modules it installs that its layers import (pyproject.toml's
 #: ``[project.optional-dependencies]`` lists their distributions; tests/test_layers.py keeps the two equal).
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
-    "train": ("accelerate", "datasets", "matplotlib", "sacrebleu"),  # a run draws curves.png, translation scores BLEU
+    "train": ("accelerate", "datasets", "matplotlib", "sacrebleu", "scipy"),  # curves.png, BLEU, the sweep's fits
     "viz": ("matplotlib",),
     "eval": ("sacrebleu",),
 }
