@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 from pathlib import Path
+from typing import Any
 
 from .arguments import (
     BadArgumentError,
@@ -22,6 +23,7 @@ from .arguments import (
     writable_folder,
 )
 from .extras import load_when_run
+from .files.schema import ConfigFile, read_json
 
 
 def add_attention(subparsers: argparse._SubParsersAction) -> None:
@@ -128,10 +130,32 @@ def add_convert(subparsers: argparse._SubParsersAction) -> None:
 
 
 def check_attention(args: argparse.Namespace) -> None:
-    model_folder(args.model_dir, "MODEL_DIR")
+    folder = model_folder(args.model_dir, "MODEL_DIR")
     writable_file(args.out, "--out")
     at_least(0, args, "layer", "head")
     at_least(1, args, "max_new_tokens", "max_tokens")
+    config = read_json(folder / "config.json", ConfigFile)
+    if config.get("model_type") == "vanilla":  # a native model's fields have other names: judged once it loads
+        check_attention_selection(args, config)
+
+
+def check_attention_selection(args: argparse.Namespace, config: dict[str, Any]) -> None:
+    """--cross, --stack, --layer and --head against the saved hf_vanilla config, as the drawing would judge them."""
+    family = config.get("architecture", "encoder-decoder")  # VanillaConfig's default family
+    kind = "cross" if args.cross else args.stack
+    if kind == "cross" and family != "encoder-decoder":
+        raise BadArgumentError(f"--cross needs an encoder-decoder; {args.model_dir} is a {family} model")
+    if kind is not None and kind != "cross" and family != "encoder-decoder" and kind != family:
+        raise BadArgumentError(f"--stack {kind}: this {family} model has only its {family} stack")
+    encoder_layers = config.get("num_hidden_layers", 6)
+    decoder_layers = config.get("num_decoder_layers") or encoder_layers
+    layers = encoder_layers if (kind or ("decoder" if family == "decoder" else "encoder")) == "encoder" \
+        else decoder_layers
+    for name, count, what in (("layer", layers, "layers"), ("head", config.get("num_attention_heads"), "heads")):
+        value = getattr(args, name)
+        if value is not None and isinstance(count, int) and value >= count:
+            raise BadArgumentError(
+                f"--{name} {value} is past this model's {count} {what} (0-based: give 0 to {count - 1})")
 
 
 def check_positions(args: argparse.Namespace) -> None:

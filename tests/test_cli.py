@@ -196,6 +196,10 @@ def _bad_inputs(tmp: Path) -> dict[str, list[tuple[tuple[str, ...], tuple[str, .
         folder.mkdir()
         (folder / "config.json").write_text("{}")
         (folder / "run.json").write_text(json.dumps({"task": "clm", "options": options}))
+    decoder = tmp / "decoder"  # an hf_vanilla decoder's config as saved: 2 layers, 4 heads
+    decoder.mkdir()
+    (decoder / "config.json").write_text(json.dumps(
+        {"model_type": "vanilla", "architecture": "decoder", "num_hidden_layers": 2, "num_attention_heads": 4}))
     missing = str(tmp / "missing")
     train = ("train", "--task", "clm", "--output-dir", str(tmp / "run"))
     return {
@@ -227,6 +231,13 @@ def _bad_inputs(tmp: Path) -> dict[str, list[tuple[tuple[str, ...], tuple[str, .
             (("attention", missing, "the king", "--out", str(tmp / "a.png")), ("MODEL_DIR", "no such folder")),
             (("attention", str(model), "the king", "--out", str(tmp / "nowhere" / "a.png")), ("--out", "does not exist")),
             (("attention", str(model), "the king", "--out", str(tmp / "a.png"), "--layer", "-1"), ("--layer", "at least 0")),
+            (("attention", str(decoder), "the king", "--out", str(tmp / "a.png"), "--layer", "2"),
+             ("--layer 2", "2 layers", "0 to 1")),
+            (("attention", str(decoder), "the king", "--out", str(tmp / "a.png"), "--head", "4"), ("--head 4", "4 heads")),
+            (("attention", str(decoder), "the king", "--out", str(tmp / "a.png"), "--cross"),
+             ("--cross needs an encoder-decoder", "decoder model")),
+            (("attention", str(decoder), "the king", "--out", str(tmp / "a.png"), "--stack", "encoder"),
+             ("--stack encoder", "only its decoder stack")),
         ],
         "positions": [
             (("positions", "--out", str(a_file)), ("--out", "is a file")),
