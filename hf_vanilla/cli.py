@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("hf_vanilla.training.cli", "train a model on real text (clm, mlm, translation, classification)"),
     "convert": ("hf_vanilla.commands", "convert a checkpoint between native transformers and hf_vanilla"),
     "push": ("hf_vanilla.publishing.push_cli", "upload a training run (model, code, tokenizer, card) to the Hub in one commit"),
-    "compare": ("hf_vanilla.experiments.compare", "compare rows of the table of variants on your data, with seeds and intervals"),
+    "compare": ("hf_vanilla.experiments.command", "compare rows of the table of variants on your data, with seeds and intervals"),
     "bench": ("hf_vanilla.tools.bench_cli", "benchmark against transformers' Llama, GPT-2, BERT and BART"),
     "attention": ("hf_vanilla.commands", "draw a model's attention on a text"),
     "positions": ("hf_vanilla.commands", "draw the positional schemes"),

@@ -165,6 +165,7 @@ def matrix() -> str:
 
 def vllm_head_cell(head: str, family: str) -> str:
     """What vLLM does with a folder this class saved in this family: the path it serves it by, or our refusal."""
+    # the vLLM check's runner names only when the matrix is written (its module is a large tool; start-up time)
     from .tools.vllm_check import POOLING, VLLM_RUNNERS
 
     if variants.row("architecture", family).vllm_refusal:

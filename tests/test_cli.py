@@ -239,6 +239,17 @@ def _bad_inputs(tmp: Path) -> dict[str, list[tuple[tuple[str, ...], tuple[str, .
             (("attention", str(decoder), "the king", "--out", str(tmp / "a.png"), "--stack", "encoder"),
              ("--stack encoder", "only its decoder stack")),
         ],
+        "compare": [
+            (("compare", "--output-dir", str(tmp / "lab"), "--task", "clm", "--preset", "tiny", "--vary",
+              "position_embedding_type=sinusoidal,rope"), ("give the budget of every run", "--max-steps")),
+            (("compare", "--output-dir", str(tmp / "lab"), "--task", "clm", "--preset", "tiny", "--max-steps", "9"),
+             ("give at least one --vary",)),
+            (("compare", "--output-dir", str(tmp / "lab"), "--task", "clm", "--preset", "tiny", "--max-steps", "9",
+              "--seeds", "0", "--vary", "position_embedding_type=sinusoidal,rope"), ("--seeds must be at least 1",)),
+            (("compare", "--output-dir", str(tmp / "lab"), "--task", "mlm", "--preset", "tiny", "--max-steps", "9",
+              "--measure", "extrapolation", "--vary", "position_embedding_type=sinusoidal,rope"),
+             ("--measure extrapolation",)),
+        ],
         "positions": [
             (("positions", "--out", str(a_file)), ("--out", "is a file")),
             (("positions", "--out", str(tmp / "pictures"), "--model", missing), ("--model", "no such folder")),

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hf_vanilla.experiments import compare
+from hf_vanilla.experiments import command, compare
 from hf_vanilla.experiments import statistics as st
 
 REPEATS = 600  # synthetic experiments per calibration check: binomial sd of a 95% rate is ~0.009
@@ -205,7 +205,7 @@ def test_a_killed_experiment_goes_on_and_keeps_what_the_user_edited(tmp_path: Pa
         child.kill()  # mid-experiment: the first run is done, the second on its way
         child.wait()
     done = first.read_bytes()
-    assert compare.run_command(argv) == 0
+    assert command.run_command(argv) == 0
     assert first.read_bytes() == done  # not trained again
     outcomes = {p.relative_to(out / "runs").as_posix(): json.loads(p.read_text()) for p in (out / "runs").glob("*/*.json")}
     assert sorted(outcomes) == ["alibi/seed-0.json", "alibi/seed-1.json", "rope/seed-0.json", "rope/seed-1.json"]
@@ -225,17 +225,17 @@ def test_a_killed_experiment_goes_on_and_keeps_what_the_user_edited(tmp_path: Pa
     # The user's notes in the report are kept: the same command refuses to replace them, naming the file.
     with open(out / "compare.md", "a", encoding="utf-8") as notes:
         notes.write("\nmy notes\n")
-    assert compare.run_command(argv) == 2
+    assert command.run_command(argv) == 2
     assert (out / "compare.md").read_text().endswith("my notes\n")
     # Another plan in the same folder is refused, naming the command that goes on with this one.
-    assert compare.run_command([*argv[:3], "position_embedding_type=rope,learned", *argv[4:]]) == 2
+    assert command.run_command([*argv[:3], "position_embedding_type=rope,learned", *argv[4:]]) == 2
 
 
 def test_an_experiment_past_its_time_limit_starts_no_run_and_says_so(tmp_path: Path, text_files):
     out = tmp_path / "exp"
     argv = ["--output-dir", str(out), "--vary", "norm_position=pre,post", *TINY, "--seeds", "2", "--workers", "0",
             "--time-limit", "0.001", "--data-files", *text_files]
-    assert compare.run_command(argv) == 0
+    assert command.run_command(argv) == 0
     text = (out / "compare.md").read_text()
     assert text.count(": not started (the experiment's time limit was reached first)") == 4
     assert "| pre (base) | no completed run |" in text and not (out / "runs" / "pre" / "seed-0").exists()

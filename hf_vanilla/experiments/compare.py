@@ -26,14 +26,11 @@ import itertools
 import json
 import math
 import re
-import shlex
-import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import HfVanillaError, refuse
+from ..errors import HfVanillaError
 from ..training.cli import HelpFormatter, add_dataclass_arguments
 from ..training.options import SIZE_PRESETS, TrainOptions, check_ranges, parse_config, parse_value
 from ..variants import NON_DEFAULT, rows, values
@@ -193,27 +190,6 @@ def _studies() -> dict[str, Any]:
     from .recipes import STUDIES
 
     return STUDIES
-
-
-def run_command(argv: list[str], before_run: Callable[[], None] | None = None) -> int:
-    """``hf-vanilla compare ARGS``: 0 when the report is written, 2 with one sentence when refused."""
-    args = build_parser().parse_args(with_study(argv))
-    try:
-        plan = make_plan(args, "hf-vanilla compare " + shlex.join(argv))
-    except (CompareError, ValueError, FileNotFoundError) as error:
-        return refuse("compare", error)
-    if before_run is not None:
-        before_run()
-    from .experiment import run_plan
-
-    try:
-        return run_plan(plan, workers=args.workers, threads=args.threads, estimate_only=args.estimate,
-                        time_limit_minutes=args.time_limit_minutes)
-    except KeyboardInterrupt:
-        print("hf-vanilla compare: interrupted; the same command goes on where it stopped", file=sys.stderr)
-        return 130
-    except (HfVanillaError, OSError, ValueError) as error:
-        return refuse("compare", error)
 
 
 def with_study(argv: list[str]) -> list[str]:
@@ -391,11 +367,3 @@ def config_problem(plan: Plan, setting: Setting) -> str | None:
     except (ValueError, TypeError) as error:
         return " ".join(str(error).split())
     return None
-
-
-def main(argv: list[str] | None = None) -> int:
-    return run_command(sys.argv[1:] if argv is None else list(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

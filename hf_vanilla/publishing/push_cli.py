@@ -109,7 +109,8 @@ def check_hub_answers(token: str | None, timeout: float, endpoint: str | None = 
     """Ask the Hub who ``token`` (else HF_TOKEN, else the saved login) belongs to, before anything is uploaded: an
     offline setting, no token, an address that does not answer, a Hub silent for ``timeout`` seconds or one that
     refuses the token is :class:`HubUnusableError`, one sentence saying what to do. ``endpoint``: HF_ENDPOINT's."""
-    import httpx2  # huggingface_hub's HTTP client
+    # huggingface_hub (and its HTTP client) once a push is about to send: the refusals before it answer without them
+    import httpx2
     from huggingface_hub import constants, get_token
     from huggingface_hub.utils import get_session
 
@@ -145,6 +146,7 @@ def check_hub_answers(token: str | None, timeout: float, endpoint: str | None = 
 def ask_hub_first(api: object, timeout: float) -> None:
     """:func:`check_hub_answers` for the Hub ``api`` talks to, when it is huggingface_hub's client (a stand-in that
     speaks no HTTP, as the tests pass, has no Hub to ask)."""
+    # huggingface_hub once a push is about to send (start-up time of the refusals before it)
     from huggingface_hub import HfApi
 
     if isinstance(api, HfApi):
