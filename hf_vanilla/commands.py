@@ -155,7 +155,7 @@ def check_attention_selection(args: argparse.Namespace, config: dict[str, Any]) 
         value = getattr(args, name)
         if value is not None and isinstance(count, int) and value >= count:
             raise BadArgumentError(
-                f"--{name} {value} is past this model's {count} {what} (0-based: give 0 to {count - 1})")
+                f"--{name} {value} is out of range: this model has {count} {what} (0-based: give 0 to {count - 1})")
 
 
 def check_positions(args: argparse.Namespace) -> None:
