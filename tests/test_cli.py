@@ -184,8 +184,9 @@ def _said(proc: subprocess.CompletedProcess) -> list[str]:
     return [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("import time:")]
 
 
-def _bad_inputs(tmp: Path) -> dict[str, list[tuple[tuple[str, ...], tuple[str, ...]]]]:
-    """subcommand -> [(its arguments, words its one sentence must hold)]."""
+def _bad_input_folders(tmp: Path) -> tuple[Path, ...]:
+    """What the bad inputs point at: a file, an empty folder, a model folder with an empty config, two run folders
+    (run.json's options edited out of shape, and recorded) and an hf_vanilla decoder's config (2 layers, 4 heads)."""
     a_file, empty, model = tmp / "a-file", tmp / "empty", tmp / "model"
     a_file.write_text("not a folder")
     empty.mkdir()
@@ -196,10 +197,16 @@ def _bad_inputs(tmp: Path) -> dict[str, list[tuple[tuple[str, ...], tuple[str, .
         folder.mkdir()
         (folder / "config.json").write_text("{}")
         (folder / "run.json").write_text(json.dumps({"task": "clm", "options": options}))
-    decoder = tmp / "decoder"  # an hf_vanilla decoder's config as saved: 2 layers, 4 heads
+    decoder = tmp / "decoder"
     decoder.mkdir()
     (decoder / "config.json").write_text(json.dumps(
         {"model_type": "vanilla", "architecture": "decoder", "num_hidden_layers": 2, "num_attention_heads": 4}))
+    return a_file, empty, model, edited, recorded, decoder
+
+
+def _bad_inputs(tmp: Path) -> dict[str, list[tuple[tuple[str, ...], tuple[str, ...]]]]:
+    """subcommand -> [(its arguments, words its one sentence must hold)]."""
+    a_file, empty, model, edited, recorded, decoder = _bad_input_folders(tmp)
     missing = str(tmp / "missing")
     train = ("train", "--task", "clm", "--output-dir", str(tmp / "run"))
     return {
