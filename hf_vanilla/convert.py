@@ -118,7 +118,6 @@ class Architecture:
 # Shared pieces of the tables
 
 _LM_HEADS = ("VanillaForCausalLM", "VanillaForMaskedLM", "VanillaForSeq2SeqLM")
-_LM_HEAD_FIELDS = ("lm_head_bias", "lm_head_transform", "lm_head_scale", "tie_word_embeddings")
 _POOLING_FIELDS = ("pooler", "classifier_pooling")
 # Fields that change no computation of a trained model (ids, init, caching) or are settled elsewhere.
 _BOOKKEEPING = frozenset({
@@ -582,17 +581,9 @@ def _vanilla_config_fields() -> tuple[dataclasses.Field, ...]:
     return tuple(f for f in dataclasses.fields(VanillaConfig) if f.name not in inherited)
 
 
-def _relevant(name: str, config: VanillaConfig, head_class: str) -> bool:
-    """Whether a VanillaConfig field changes what this model computes (e.g. rope_parameters only with RoPE)."""
-    if name in _LM_HEAD_FIELDS:
-        return head_class in _LM_HEADS
-    if name in _POOLING_FIELDS:
-        return head_class == "VanillaForSequenceClassification"
-
-    if name == "max_position_embeddings":  # sizes a trained table added to the embeddings, or RoPE's scaling
-        scheme = variants.row("position_embedding_type", config.position_embedding_type)
-        return (scheme.adds_to_embeddings and scheme.parameters) or field_is_active("rope_parameters", config)
-    return field_is_active(name, config)
+def _output_layer_options() -> frozenset[str]:
+    """The options of the table that shape the output layer: only the LM heads have one."""
+    return frozenset(r.option for r in variants.VARIANTS if r.output_layer)
 
 
 def _same(name: str, value: Any, expected: Any, config: VanillaConfig) -> bool:
@@ -609,11 +600,10 @@ def _table_form(arch: Architecture, head: Head) -> dict[str, Any]:
     the default where it carries none of an option's non-default rows. An option it carries several values of (or
     a non-default one) its config says, through ``derived``; output-layer options belong to the LM heads alone."""
     form = {}
+    skipped = _output_layer_options() if head.vanilla not in _LM_HEADS else frozenset()
     for option in variants.options():
         option_rows = variants.rows(option)
-        if any(r.output_layer for r in option_rows) and head.vanilla not in _LM_HEADS:
-            continue
-        if any(r.default_of for r in option_rows):  # its default follows other fields: the tables check it
+        if option in skipped or any(r.default_of for r in option_rows):  # a default_of: the tables check it
             continue
         carried = variants.native_values(option, arch.model_type)
         if len(carried) == 1 and carried[0] != variants.NON_DEFAULT:
@@ -623,52 +613,19 @@ def _table_form(arch: Architecture, head: Head) -> dict[str, Any]:
     return form
 
 
-def native_form(arch: Architecture, head: Head) -> dict[str, Any]:
+def hard_coded(arch: Architecture, head: Head) -> dict[str, Any]:
     """The VanillaConfig values this native class hard-codes: the table's options, the architecture's and head's."""
     return {**_table_form(arch, head), **arch.fixed, **head.fixed}
 
 
 def covered_fields(arch: Architecture, head: Head) -> frozenset[str]:
     """The VanillaConfig fields the architecture's tables account for."""
-    return frozenset(native_form(arch, head)) | frozenset(arch.renamed) | arch.derived
-
-
-def _check_native_form(config: VanillaConfig, arch: Architecture, head: Head, head_class: str) -> Problems:
-    """Everything in ``config`` the native architecture cannot express."""
-    problems = Problems()
-    expected = native_form(arch, head)
-    covered = covered_fields(arch, head)
-    for spec in _vanilla_config_fields():
-        name = spec.name
-        if name in _BOOKKEEPING or not _relevant(name, config, head_class):
-            continue
-        value = getattr(config, name)
-        if name in expected and not _same(name, value, expected[name], config):
-            (problems.soft if name in _SOFT else problems.hard).append(
-                f"{name}={value!r} ({arch.model_type} has {expected[name]!r})"
-            )
-        elif name not in covered and name not in _SOFT and value != spec.default:
-            # An option newer than this converter's tables: refuse rather than silently drop it.
-            problems.hard.append(f"{name}={value!r} (not mapped for {arch.model_type})")
-    _check_rows(config, arch, head_class, problems)
-    return problems
-
-
-def _check_rows(config: VanillaConfig, arch: Architecture, head_class: str, problems: Problems) -> None:
-    """Every row of the table this config uses must name the target in ``to_hf``: a value the native model has no
-    module for (an activation or norm added as a row) is refused here, in our words, not by a KeyError there."""
-    for row in rows_of(config):
-        named = any(problem.startswith(f"{row.option}=") for problem in problems.hard)
-        if arch.model_type in row.to_hf or named or not _relevant(row.option, config, head_class):
-            continue
-        carriers = ", ".join(row.to_hf) or "no target"
-        problems.hard.append(f"{row.option}={getattr(config, row.option)!r} ({arch.model_type} has no such "
-                             f"{row.option}; the table of variants converts it to {carriers})")
+    return frozenset(hard_coded(arch, head)) | frozenset(arch.renamed) | arch.derived
 
 
 def _to_vanilla_config(model: PreTrainedModel, arch: Architecture, head: Head) -> VanillaConfig:
     native = model.config
-    fields: dict[str, Any] = native_form(arch, head)
+    fields: dict[str, Any] = hard_coded(arch, head)
     fields.update({ours: copy.deepcopy(getattr(native, theirs)) for ours, theirs in arch.renamed.items()
                    if hasattr(native, theirs)})
     fields.update(arch.to_vanilla(native))
@@ -734,10 +691,11 @@ def _native_config(
     return native
 
 
-def _native_extras(native: Any, config: VanillaConfig, arch: Architecture, native_class: str) -> dict[str, Any]:
-    """The fields of the native config ``native`` that the tables neither map nor reproduce by default."""
-    fields = _native_fields(config, arch, Problems())
-    rebuilt = _native_config(config, arch, native_class, dict(fields), None).to_dict()
+def _native_extras(native: Any, config: VanillaConfig, form: NativeForm) -> dict[str, Any]:
+    """The fields of the native config ``native`` that the tables neither map nor reproduce by default (``config``
+    is what from_hf made of it, ``form`` that config's form as the native class)."""
+    fields = form.fields
+    rebuilt = _native_config(config, form.arch, form.native_class, dict(fields), None).to_dict()
     missing = object()
     return {
         name: copy.deepcopy(value)
@@ -766,11 +724,11 @@ class _Pair(NamedTuple):
     row: W
 
 
-def _pairs(arch: Architecture, head: Head, config: VanillaConfig, head_class: str) -> Iterator[_Pair]:
+def _pairs(arch: Architecture, head: Head, config: VanillaConfig) -> Iterator[_Pair]:
     """The weight table with layers and ``*`` expanded and both base prefixes applied."""
     depth = {"encoder": config.num_hidden_layers,
              "decoder": config.num_decoder_layers if config.is_encoder_decoder else config.num_hidden_layers}
-    vanilla_base = "" if head_class == "VanillaModel" else "model."
+    vanilla_base = "" if head.vanilla == "VanillaModel" else "model."
     tables = [(row, vanilla_base, head.base) for row in arch.weights] + [(row, "", "") for row in head.weights]
     for row, ours_prefix, theirs_prefix in tables:
         natives = (row.native,) if isinstance(row.native, str) else row.native
@@ -857,6 +815,124 @@ def _fill(model: Any, state: dict[str, torch.Tensor]) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
+# A config's native form: the table asked once per (config, native class)
+
+
+@dataclass(frozen=True)
+class NativeForm:
+    """What one VanillaConfig is as one native class, decided before any weight is read: the native config's fields
+    and the key map; or, in ``refusals``, every setting the native class cannot express (then it has no native
+    form, and ``to_hf`` refuses it)."""
+
+    arch: Architecture
+    native_class: str
+    head: Head
+    fields: dict[str, Any]  # the native config's fields the tables map (token ids and labels included)
+    pairs: tuple[_Pair, ...]  # the key map: each hf_vanilla tensor and its native name(s), layers expanded
+    refusals: tuple[str, ...] = ()  # settings the native class cannot express: it would compute something else
+    warnings: tuple[str, ...] = ()  # settings it expresses otherwise only while training (dropout)
+
+    @property
+    def exact(self) -> bool:
+        return not self.refusals
+
+
+#: Each native class hf_vanilla converts, by name: its architecture and head.
+_NATIVE_CLASSES: dict[str, tuple[Architecture, Head]] = {
+    name: (arch, head) for arch in ARCHITECTURES.values() for name, head in arch.heads.items()
+}
+
+
+def _idle_fields(config: VanillaConfig, head_class: str) -> frozenset[str]:
+    """The VanillaConfig fields that change nothing a ``head_class`` of ``config`` computes: those its options leave
+    idle (``rope_parameters`` without RoPE), the output layer's beyond the LM heads, the pooling's beyond the
+    sequence classifier, and ``max_position_embeddings`` where neither a trained table nor RoPE's scaling reads it."""
+    idle = {name for name in variants.fields_with_conditions() if not field_is_active(name, config)}
+    if head_class not in _LM_HEADS:
+        idle |= _output_layer_options()
+    if head_class != "VanillaForSequenceClassification":
+        idle |= set(_POOLING_FIELDS)
+    scheme = variants.scheme_row(config)
+    if not (scheme.adds_to_embeddings and scheme.parameters) and "rope_parameters" in idle:
+        idle.add("max_position_embeddings")
+    return frozenset(idle)
+
+
+def _check_settings(config: VanillaConfig, arch: Architecture, expected: Mapping[str, Any], covered: frozenset[str],
+                    idle: frozenset[str], problems: Problems) -> None:
+    """Each field in effect against the value the native class hard-codes (``expected``); a field no table accounts
+    for (``covered``) set away from its default is refused rather than silently dropped."""
+    for spec in _vanilla_config_fields():
+        name = spec.name
+        if name in _BOOKKEEPING or name in idle:
+            continue
+        value = getattr(config, name)
+        if name in expected and not _same(name, value, expected[name], config):
+            (problems.soft if name in _SOFT else problems.hard).append(
+                f"{name}={value!r} ({arch.model_type} has {expected[name]!r})"
+            )
+        elif name not in covered and name not in _SOFT and value != spec.default:
+            # An option newer than this converter's tables: refuse rather than silently drop it.
+            problems.hard.append(f"{name}={value!r} (not mapped for {arch.model_type})")
+
+
+def _check_rows(config: VanillaConfig, arch: Architecture, idle: frozenset[str], problems: Problems) -> None:
+    """Every row of the table this config uses must name the target in ``to_hf``: a value the native model has no
+    module for (an activation or norm added as a row) is refused here, in our words, not by a KeyError there."""
+    for row in rows_of(config):
+        named = any(problem.startswith(f"{row.option}=") for problem in problems.hard)
+        if arch.model_type in row.to_hf or named or row.option in idle:
+            continue
+        carriers = ", ".join(row.to_hf) or "no target"
+        problems.hard.append(f"{row.option}={getattr(config, row.option)!r} ({arch.model_type} has no such "
+                             f"{row.option}; the table of variants converts it to {carriers})")
+
+
+def native_form(config: VanillaConfig, native_class: str) -> NativeForm:
+    """``config``'s form as ``native_class`` (``"LlamaForCausalLM"``, ...), holding the weights of its hf_vanilla
+    counterpart (``supported_classes()``): the native config's fields and the key map, or every reason it has none."""
+    if native_class not in _NATIVE_CLASSES:
+        raise ValueError(f"hf_vanilla converts no {native_class}; it converts {', '.join(_NATIVE_CLASSES)}.")
+    arch, head = _NATIVE_CLASSES[native_class]
+    expected, idle, problems = hard_coded(arch, head), _idle_fields(config, head.vanilla), Problems()
+    covered = frozenset(expected) | frozenset(arch.renamed) | arch.derived
+    _check_settings(config, arch, expected, covered, idle, problems)
+    _check_rows(config, arch, idle, problems)
+    fields = _native_fields(config, arch, problems)
+    return NativeForm(arch, native_class, head, fields, tuple(_pairs(arch, head, config)), tuple(problems.hard),
+                      tuple(problems.soft))
+
+
+def native_forms(config: VanillaConfig, head_class: str, model_type: str | None = None) -> list[NativeForm]:
+    """``config``'s form as each native class holding a ``head_class`` of its family (only ``model_type``'s, if
+    given), in the order ``to_hf`` tries them; empty where no native architecture has such a class."""
+    return [native_form(config, name) for name, (arch, head) in _NATIVE_CLASSES.items()
+            if arch.family == config.architecture and (model_type is None or arch.model_type == model_type)
+            and head.vanilla == head_class]
+
+
+def _exact_form(config: VanillaConfig, head_class: str, model_type: str | None) -> NativeForm:
+    """The first native form ``to_hf`` can write; else every candidate's reasons, fewest first."""
+    forms = native_forms(config, head_class, model_type)
+    if not forms:
+        raise ValueError(
+            f"No native architecture{f' {model_type!r}' if model_type else ''} has a counterpart for {head_class} "
+            f"with architecture={config.architecture!r}; supported: {', '.join(sorted(set(supported_classes().values())))} "
+            f"as {', '.join(supported_classes())}."
+        )
+    exact = [form for form in forms if form.exact]
+    if not exact:
+        lines = "\n".join(f"  as {form.arch.model_type} ({form.native_class}): {'; '.join(form.refusals)}"
+                          for form in sorted(forms, key=lambda form: len(form.refusals)))
+        raise ValueError(
+            f"{head_class}(architecture={config.architecture!r}) has options with no native transformers "
+            f"counterpart:\n{lines}\nKeep it as an hf_vanilla model (save_pretrained / push_to_hub), or change "
+            "those options."
+        )
+    return exact[0]
+
+
+# ----------------------------------------------------------------------------------------------
 # The two directions
 
 
@@ -935,15 +1011,29 @@ def _plan_from_hf(model: PreTrainedModel, source_names: set[str]) -> _Plan:
         logger.warning(f"from_hf: {message}; only training is affected.")
 
     config = _to_vanilla_config(model, arch, head)
-    extras = _native_extras(model.config, config, arch, type(model).__name__)
+    form = native_form(config, type(model).__name__)  # the way back: its key map, and the fields it gives back
+    extras = _native_extras(model.config, config, form)
     if extras:
         setattr(config, NATIVE_EXTRAS, {"model_type": arch.model_type, "fields": extras})
     vanilla = _skeleton(getattr(modeling_vanilla, head.vanilla), config)
+    recipes, computed = _recipes_from_hf(form, source_names, vanilla)
+    if vanilla.can_generate() and getattr(model, "generation_config", None) is not None:
+        vanilla.generation_config = copy.deepcopy(model.generation_config)
+        if config.is_encoder_decoder and vanilla.generation_config.decoder_start_token_id is None:
+            vanilla.generation_config.decoder_start_token_id = config.decoder_start_token_id
+    return _Plan(vanilla, recipes, into_vanilla=True, computed=computed)
+
+
+def _recipes_from_hf(form: NativeForm, source_names: set[str], vanilla: VanillaPreTrainedModel
+                     ) -> tuple[dict[str, _Recipe], tuple[_Pair, ...]]:
+    """Each tensor of ``vanilla`` (on the meta device) and the native tensor it is made of, from the form's key map,
+    and the fixed sinusoid tables the source holds and ``vanilla`` computes; every tensor on both sides must be
+    matched, but for those the head drops (with one line)."""
     wanted = set(vanilla.state_dict())
     recipes: dict[str, _Recipe] = {}
     used: set[str] = set()
     computed: list[_Pair] = []
-    for pair in _pairs(arch, head, config, head.vanilla):
+    for pair in form.pairs:
         source = pair.native[0]
         if source not in source_names:
             continue
@@ -957,69 +1047,47 @@ def _plan_from_hf(model: PreTrainedModel, source_names: set[str]) -> _Plan:
         used.update((source, *aliases))
         recipes[pair.vanilla] = _Recipe(((source, pair.row),), aliases)
 
+    head = form.head
     dropped = {name for pattern in head.dropped for name in _star(pattern) if name in source_names}
     if dropped:  # an intended drop: one line, the outputs hf_vanilla keeps are unchanged
-        logger.warning(f"from_hf: dropped {', '.join(sorted(dropped))}: {head.vanilla} has no place for them "
-                       f"(it returns the hidden states, which are unchanged).")
+        logging.get_logger(__name__).warning(
+            f"from_hf: dropped {', '.join(sorted(dropped))}: {head.vanilla} has no place for them (it returns the "
+            "hidden states, which are unchanged).")
     unmatched = sorted(source_names - used - dropped)
     missing = sorted(wanted - set(recipes))
     if unmatched or missing:
         raise ValueError(
-            f"Cannot convert {type(model).__name__} exactly: native tensors without a counterpart {unmatched}, "
+            f"Cannot convert {form.native_class} exactly: native tensors without a counterpart {unmatched}, "
             f"hf_vanilla tensors without a source {missing}."
         )
-    if vanilla.can_generate() and getattr(model, "generation_config", None) is not None:
-        vanilla.generation_config = copy.deepcopy(model.generation_config)
-        if config.is_encoder_decoder and vanilla.generation_config.decoder_start_token_id is None:
-            vanilla.generation_config.decoder_start_token_id = config.decoder_start_token_id
-    return _Plan(vanilla, recipes, into_vanilla=True, computed=tuple(computed))
+    return recipes, tuple(computed)
 
 
 def _plan_to_hf(model: VanillaPreTrainedModel, source_names: set[str], model_type: str | None = None) -> _Plan:
     """What :func:`to_hf` makes of ``model`` (whose weights may be on the meta device), holding ``source_names``."""
-    logger = logging.get_logger(__name__)
     config, head_class = model.config, type(model).__name__
-    candidates = [
-        (arch, name, head)
-        for arch in ARCHITECTURES.values()
-        if arch.family == config.architecture and (model_type is None or arch.model_type == model_type)
-        for name, head in arch.heads.items()
-        if head.vanilla == head_class
-    ]
-    if not candidates:
-        raise ValueError(
-            f"No native architecture{f' {model_type!r}' if model_type else ''} has a counterpart for {head_class} "
-            f"with architecture={config.architecture!r}; supported: {', '.join(sorted(set(supported_classes().values())))} "
-            f"as {', '.join(supported_classes())}."
-        )
-    attempts = []
-    for arch, native_class, head in candidates:
-        problems = _check_native_form(config, arch, head, head_class)
-        fields = _native_fields(config, arch, problems)
-        attempts.append((arch, native_class, head, fields, problems))
-    fitting = [attempt for attempt in attempts if not attempt[4].hard]
-    if not fitting:
-        attempts.sort(key=lambda attempt: len(attempt[4].hard))
-        lines = "\n".join(f"  as {arch.model_type} ({name}): {'; '.join(problems.hard)}"
-                          for arch, name, _, _, problems in attempts)
-        raise ValueError(
-            f"{head_class}(architecture={config.architecture!r}) has options with no native transformers "
-            f"counterpart:\n{lines}\nKeep it as an hf_vanilla model (save_pretrained / push_to_hub), or change "
-            "those options."
-        )
-    arch, native_class, head, fields, problems = fitting[0]
-    for message in problems.soft:
-        logger.warning(f"to_hf: {message}; only training is affected.")
-    native_config = _native_config(config, arch, native_class, fields,
+    form = _exact_form(config, head_class, model_type)
+    for message in form.warnings:
+        logging.get_logger(__name__).warning(f"to_hf: {message}; only training is affected.")
+    native_config = _native_config(config, form.arch, form.native_class, dict(form.fields),
                                    model.generation_config if model.can_generate() else None)
+    native = _skeleton(getattr(transformers, form.native_class), native_config, **form.head.init_kwargs)
+    recipes = _recipes_to_hf(form, model, source_names, native)
+    if native.can_generate() and model.can_generate():
+        native.generation_config = copy.deepcopy(model.generation_config)
+    return _Plan(native, recipes, into_vanilla=False)
 
-    native = _skeleton(getattr(transformers, native_class), native_config, **head.init_kwargs)
+
+def _recipes_to_hf(form: NativeForm, model: VanillaPreTrainedModel, source_names: set[str],
+                   native: PreTrainedModel) -> dict[str, _Recipe]:
+    """Each tensor of ``native`` (on the meta device) and the hf_vanilla tensors it is made of, from the form's key
+    map; every tensor on both sides must be matched."""
     wanted = set(native.state_dict())
     parts: dict[str, dict[int, tuple[str, W]]] = {}
     counts: dict[str, int] = {}
     used: set[str] = set()
     computed: set[str] = set()
-    for pair in _pairs(arch, head, config, head_class):
+    for pair in form.pairs:
         if pair.row.computed:
             computed.update(pair.native)
             continue
@@ -1035,6 +1103,7 @@ def _plan_to_hf(model: VanillaPreTrainedModel, source_names: set[str], model_typ
         if len(pieces) != counts[name]:
             raise RuntimeError(f"hf_vanilla.convert: {name} needs {counts[name]} parts, found {len(pieces)}.")
     recipes = {name: _Recipe(tuple(pieces[i] for i in sorted(pieces))) for name, pieces in parts.items()}
+
     def made_from(name: str) -> list[int]:
         return [id(model.get_parameter_or_buffer(source)) for source, _ in recipes[name].sources]
 
@@ -1046,12 +1115,10 @@ def _plan_to_hf(model: VanillaPreTrainedModel, source_names: set[str], model_typ
     missing = sorted(wanted - set(recipes) - computed)
     if unmatched or missing:
         raise ValueError(
-            f"Cannot convert {head_class} to {native_class} exactly: hf_vanilla tensors without a counterpart "
-            f"{unmatched}, native tensors without a source {missing}."
+            f"Cannot convert {type(model).__name__} to {form.native_class} exactly: hf_vanilla tensors without a "
+            f"counterpart {unmatched}, native tensors without a source {missing}."
         )
-    if native.can_generate() and model.can_generate():
-        native.generation_config = copy.deepcopy(model.generation_config)
-    return _Plan(native, recipes, into_vanilla=False)
+    return recipes
 
 
 def from_hf(model: PreTrainedModel) -> VanillaPreTrainedModel:
@@ -1450,9 +1517,12 @@ __all__ = [
     "Head",
     "W",
     "convert_checkpoint",
+    "NativeForm",
     "covered_fields",
     "from_hf",
+    "hard_coded",
     "native_form",
+    "native_forms",
     "run_cli",
     "supported_classes",
     "to_hf",

@@ -271,6 +271,35 @@ def test_to_hf_lists_every_option_without_a_native_counterpart():
         to_hf(hv.VanillaForTokenClassification(tiny_model("encoder", "learned").config))
 
 
+def test_a_configs_native_form_is_what_to_hf_writes_or_every_reason_it_has_none():
+    """native_forms answers "can this convert, to what, and how" once, before any weight is read; to_hf writes the
+    first exact form (its class, its key map) and otherwise refuses with the forms' own reasons."""
+    from hf_vanilla.convert import native_form, native_forms
+
+    refused = tiny_model("decoder", "alibi", norm_position="post", gated_ffn=True)
+    forms = native_forms(refused.config, "VanillaForCausalLM")
+    assert [form.native_class for form in forms] == ["LlamaForCausalLM", "GPT2LMHeadModel"]
+    assert not any(form.exact for form in forms)
+    with pytest.raises(ValueError) as caught:
+        to_hf(refused)
+    for form in forms:
+        assert f"as {form.arch.model_type} ({form.native_class}): {'; '.join(form.refusals)}\n" in str(caught.value)
+
+    vanilla = from_hf(build("gpt2")[0])
+    forms = native_forms(vanilla.config, "VanillaForCausalLM")
+    assert [(form.native_class, form.exact) for form in forms] == [("LlamaForCausalLM", False), ("GPT2LMHeadModel", True)]
+    converted = to_hf(vanilla)
+    assert type(converted).__name__ == forms[1].native_class
+    mapped = {name for pair in forms[1].pairs for name in pair.native}
+    assert set(converted.state_dict()) <= mapped and set(vanilla.state_dict()) <= {p.vanilla for p in forms[1].pairs}
+    assert all(getattr(converted.config, name) == value for name, value in forms[1].fields.items()
+               if name in ("n_embd", "n_layer", "n_head", "n_positions", "activation_function", "scale_attn_weights"))
+    as_bert = native_form(vanilla.config, "BertForMaskedLM")  # a decoder is no BERT: the family row says so
+    assert not as_bert.exact and any(reason.startswith("architecture='decoder'") for reason in as_bert.refusals)
+    with pytest.raises(ValueError, match="hf_vanilla converts no OPTForCausalLM; it converts LlamaForCausalLM"):
+        native_form(vanilla.config, "OPTForCausalLM")
+
+
 def test_from_hf_refuses_settings_hf_vanilla_cannot_express():
     config = T.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=40,
                           scale_attn_by_inverse_layer_idx=True)
