@@ -8,10 +8,13 @@ below), then imports the module that does the work.
 from __future__ import annotations
 
 import argparse
+import ast
+import functools
 import importlib
 from pathlib import Path
 from typing import Any
 
+from . import variants
 from .arguments import (
     BadArgumentError,
     above_zero,
@@ -141,21 +144,44 @@ def check_attention(args: argparse.Namespace) -> None:
 
 def check_attention_selection(args: argparse.Namespace, config: dict[str, Any]) -> None:
     """--cross, --stack, --layer and --head against the saved hf_vanilla config, as the drawing would judge them."""
-    family = config.get("architecture", "encoder-decoder")  # VanillaConfig's default family
-    kind = "cross" if args.cross else args.stack
-    if kind == "cross" and family != "encoder-decoder":
-        raise BadArgumentError(f"--cross needs an encoder-decoder; {args.model_dir} is a {family} model")
-    if kind is not None and kind != "cross" and family != "encoder-decoder" and kind != family:
-        raise BadArgumentError(f"--stack {kind}: this {family} model has only its {family} stack")
-    encoder_layers = config.get("num_hidden_layers", 6)
+    family = config.get("architecture", declared_default("architecture"))  # save_pretrained omits defaults
+    if family not in variants.values("architecture"):
+        return  # not a family: the config's own check refuses it, in its words, when the model loads
+    stacks = family_stacks(family)
+    if args.cross and len(stacks) == 1:
+        (with_cross,) = (name for name in variants.values("architecture") if len(family_stacks(name)) > 1)
+        raise BadArgumentError(f"--cross needs an {with_cross}; {args.model_dir} is a {family} model")
+    if args.stack is not None and not args.cross and args.stack not in stacks:
+        raise BadArgumentError(f"--stack {args.stack}: this {family} model has only its {family} stack")
+    encoder_layers = config.get("num_hidden_layers", declared_default("num_hidden_layers"))
     decoder_layers = config.get("num_decoder_layers") or encoder_layers
-    layers = encoder_layers if (kind or ("decoder" if family == "decoder" else "encoder")) == "encoder" \
-        else decoder_layers
+    drawn = "decoder" if args.cross else args.stack or stacks[0]
+    layers = encoder_layers if drawn == "encoder" else decoder_layers
     for name, count, what in (("layer", layers, "layers"), ("head", config.get("num_attention_heads"), "heads")):
         value = getattr(args, name)
         if value is not None and isinstance(count, int) and value >= count:
             raise BadArgumentError(
                 f"--{name} {value} is out of range: this model has {count} {what} (0-based: give 0 to {count - 1})")
+
+
+def family_stacks(family: str) -> tuple[str, ...]:
+    """The self-attention stacks of a family, as ``--stack`` names them: an encoder and a decoder where the family
+    has a decoder depth of its own (its row of the table activates ``num_decoder_layers``), else its one stack."""
+    two = "num_decoder_layers" in variants.row("architecture", family).active_fields
+    return ("encoder", "decoder") if two else (family,)
+
+
+@functools.cache
+def declared_default(field: str) -> Any:
+    """VanillaConfig's default of ``field``, read from its declaration in configuration_vanilla.py, not imported:
+    that imports transformers, and these checks run before anything heavy loads."""
+    source = Path(__file__).with_name("configuration_vanilla.py").read_text(encoding="utf-8")
+    (declaration,) = (node for node in ast.parse(source).body if isinstance(node, ast.ClassDef)
+                      and node.name == "VanillaConfig")
+    for node in declaration.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == field:
+            return ast.literal_eval(node.value)
+    raise KeyError(f"VanillaConfig declares no field {field!r}")
 
 
 def check_positions(args: argparse.Namespace) -> None:
@@ -193,4 +219,4 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
 
 
 __all__ = ["add_attention", "add_cli", "add_convert", "add_evaluate", "add_generate", "add_positions", "check_attention",
-           "check_convert", "check_evaluate", "check_generate", "check_positions"]
+           "check_convert", "check_evaluate", "check_generate", "check_positions", "declared_default", "family_stacks"]

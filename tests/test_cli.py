@@ -197,16 +197,18 @@ def _bad_input_folders(tmp: Path) -> tuple[Path, ...]:
         folder.mkdir()
         (folder / "config.json").write_text("{}")
         (folder / "run.json").write_text(json.dumps({"task": "clm", "options": options}))
-    decoder = tmp / "decoder"
+    decoder, defaults = tmp / "decoder", tmp / "defaults"
     decoder.mkdir()
     (decoder / "config.json").write_text(json.dumps(
         {"model_type": "vanilla", "architecture": "decoder", "num_hidden_layers": 2, "num_attention_heads": 4}))
-    return a_file, empty, model, edited, recorded, decoder
+    defaults.mkdir()  # save_pretrained writes only what differs from VanillaConfig's defaults: here, nothing
+    (defaults / "config.json").write_text(json.dumps({"model_type": "vanilla"}))
+    return a_file, empty, model, edited, recorded, decoder, defaults
 
 
 def _bad_inputs(tmp: Path) -> dict[str, list[tuple[tuple[str, ...], tuple[str, ...]]]]:
     """subcommand -> [(its arguments, words its one sentence must hold)]."""
-    a_file, empty, model, edited, recorded, decoder = _bad_input_folders(tmp)
+    a_file, empty, model, edited, recorded, decoder, defaults = _bad_input_folders(tmp)
     missing = str(tmp / "missing")
     train = ("train", "--task", "clm", "--output-dir", str(tmp / "run"))
     return {
@@ -245,6 +247,8 @@ def _bad_inputs(tmp: Path) -> dict[str, list[tuple[tuple[str, ...], tuple[str, .
              ("--cross needs an encoder-decoder", "decoder model")),
             (("attention", str(decoder), "the king", "--out", str(tmp / "a.png"), "--stack", "encoder"),
              ("--stack encoder", "only its decoder stack")),
+            (("attention", str(defaults), "the king", "--out", str(tmp / "a.png"), "--cross", "--layer", "6"),
+             ("--layer 6", "6 layers", "0 to 5")),
         ],
         "compare": [
             (("compare", "--output-dir", str(tmp / "lab"), "--task", "clm", "--preset", "tiny", "--vary",
@@ -277,6 +281,26 @@ def _bad_inputs(tmp: Path) -> dict[str, list[tuple[tuple[str, ...], tuple[str, .
             (("evaluate", str(recorded), "--batch-size", str(10**9)), ("eval_batch_size", "at most 65536")),
         ],
     }
+
+
+def test_the_early_checks_read_vanillaconfigs_own_defaults_and_each_familys_stacks_from_the_table():
+    """attention's check runs before transformers loads, so it reads the defaults save_pretrained leaves out from
+    VanillaConfig's declaration and the families from the table: no copy of either to fall behind."""
+    import dataclasses
+    import inspect
+
+    import hf_vanilla as hv
+    from hf_vanilla import variants
+    from hf_vanilla.commands import declared_default, family_stacks
+    from tests.factories import tiny_config
+
+    own = inspect.get_annotations(hv.VanillaConfig)
+    declared = {f.name: f.default for f in dataclasses.fields(hv.VanillaConfig)
+                if f.name in own and f.default is not dataclasses.MISSING}
+    assert len(declared) > 40 and {name: declared_default(name) for name in declared} == declared
+    for family in variants.values("architecture"):
+        model = hv.VanillaModel(tiny_config(family))
+        assert family_stacks(family) == tuple(name for name in ("encoder", "decoder") if getattr(model, name)), family
 
 
 @pytest.mark.parametrize("command", COMMANDS)
