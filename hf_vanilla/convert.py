@@ -14,6 +14,8 @@ Each native architecture is described by data, not by code paths:
   functions for the few fields computed from several others.
 
 Every architectural difference is a VanillaConfig option; nothing here special-cases a model beyond its tables.
+A conversion asks them once: :func:`native_form` gives a config's form as one native class (the native config's
+fields and the expanded weight table), or every reason it has none; ``to_hf`` and ``from_hf`` read that answer.
 """
 
 from __future__ import annotations
@@ -620,7 +622,12 @@ def hard_coded(arch: Architecture, head: Head) -> dict[str, Any]:
 
 def covered_fields(arch: Architecture, head: Head) -> frozenset[str]:
     """The VanillaConfig fields the architecture's tables account for."""
-    return frozenset(hard_coded(arch, head)) | frozenset(arch.renamed) | arch.derived
+    return _covered(arch, hard_coded(arch, head))
+
+
+def _covered(arch: Architecture, expected: Mapping[str, Any]) -> frozenset[str]:
+    """The fields a native class hard-codes (``expected``), renames or computes."""
+    return frozenset(expected) | frozenset(arch.renamed) | arch.derived
 
 
 def _to_vanilla_config(model: PreTrainedModel, arch: Architecture, head: Head) -> VanillaConfig:
@@ -858,10 +865,11 @@ def _idle_fields(config: VanillaConfig, head_class: str) -> frozenset[str]:
     return frozenset(idle)
 
 
-def _check_settings(config: VanillaConfig, arch: Architecture, expected: Mapping[str, Any], covered: frozenset[str],
-                    idle: frozenset[str], problems: Problems) -> None:
+def _check_settings(config: VanillaConfig, arch: Architecture, expected: Mapping[str, Any], idle: frozenset[str],
+                    problems: Problems) -> None:
     """Each field in effect against the value the native class hard-codes (``expected``); a field no table accounts
-    for (``covered``) set away from its default is refused rather than silently dropped."""
+    for set away from its default is refused rather than silently dropped."""
+    covered = _covered(arch, expected)
     for spec in _vanilla_config_fields():
         name = spec.name
         if name in _BOOKKEEPING or name in idle:
@@ -895,8 +903,7 @@ def native_form(config: VanillaConfig, native_class: str) -> NativeForm:
         raise ValueError(f"hf_vanilla converts no {native_class}; it converts {', '.join(_NATIVE_CLASSES)}.")
     arch, head = _NATIVE_CLASSES[native_class]
     expected, idle, problems = hard_coded(arch, head), _idle_fields(config, head.vanilla), Problems()
-    covered = frozenset(expected) | frozenset(arch.renamed) | arch.derived
-    _check_settings(config, arch, expected, covered, idle, problems)
+    _check_settings(config, arch, expected, idle, problems)
     _check_rows(config, arch, idle, problems)
     fields = _native_fields(config, arch, problems)
     return NativeForm(arch, native_class, head, fields, tuple(_pairs(arch, head, config)), tuple(problems.hard),
