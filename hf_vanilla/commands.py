@@ -112,9 +112,10 @@ def add_convert(subparsers: argparse._SubParsersAction) -> None:
         "convert",
         help="convert a checkpoint between native transformers and hf_vanilla",
         description=(
-            "Convert a checkpoint directory exactly: a native Llama, GPT-2, BERT, BART, Marian or T5 checkpoint "
-            "becomes an hf_vanilla one, and an hf_vanilla checkpoint becomes native when its options allow. The "
-            "direction follows SRC_DIR's model_type; tokenizer files and the generation config are carried over."
+            "Convert a checkpoint directory exactly: a native checkpoint (model_type "
+            f"{', '.join(variants.TO_HF_TARGETS[:-1])} or {variants.TO_HF_TARGETS[-1]}) becomes an hf_vanilla one, "
+            "and an hf_vanilla checkpoint becomes native when its options allow. The direction follows SRC_DIR's "
+            "model_type; tokenizer files and the generation config are carried over."
         ),
     )
     parser.add_argument("src_dir", metavar="SRC_DIR", help="checkpoint directory to read (local files only)")
