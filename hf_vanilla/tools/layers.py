@@ -35,8 +35,8 @@ class Layer:
 
 #: The layers, lowest first. Names are module paths relative to the package ("" is the package itself).
 LAYERS: dict[str, Layer] = {
-    "model": Layer(("configuration_vanilla", "modeling_vanilla", "positional", "variants", "transformers_releases"), (),
-                   None,
+    "model": Layer(("configuration_vanilla", "modeling_vanilla", "positional", "variants", "rules", "engines",
+                    "transformers_releases"), (), None,
                    "the travelling files: saved with every checkpoint, they import only torch, transformers and "
                    "each other"),
     "files": Layer(("files", "errors", "arguments"), (), None, "atomic files and folders, the output folder's record "
@@ -67,7 +67,8 @@ LAYERS: dict[str, Layer] = {
 WHERE_A_CHANGE_GOES: tuple[tuple[str, str], ...] = (
     ("a new norm, activation or positional scheme", "a row in `variants.py`, a class in `modeling_vanilla.py` "
      "(norm, activation) or `positional.py` (scheme): see below"),
-    ("a config field, its default or its check", "`configuration_vanilla.py`; the rules over the rows in `variants.py`"),
+    ("a config field, its default or its check", "`configuration_vanilla.py`; the rules over the rows in `rules.py`"),
+    ("what vLLM or an attention function may serve", "`engines.py` (the rows' own refusals: `variants.py`)"),
     ("attention, the block, a stack, a task head", "`modeling_vanilla.py` (read top to bottom: norms, attention, "
      "block, stacks, the bare model, heads)"),
     ("a difference between transformers releases", "`transformers_releases.py`"),
@@ -84,8 +85,6 @@ WHERE_A_CHANGE_GOES: tuple[tuple[str, str], ...] = (
 #: Typing-only arrows (imports under ``if TYPE_CHECKING:``) that close a circle or point up a layer, each with the
 #: move that removes it. The checks allow these and no other; an arrow that runs is never allowed.
 PENDING: dict[tuple[str, str], str] = {
-    ("hf_vanilla.transformers_releases", "hf_vanilla.configuration_vanilla"):
-        "the engine refusals annotate VanillaConfig: they move to a file named for engines (issue 52, item 1)",
     **{(f"hf_vanilla.tasks.{name}", "hf_vanilla.training.options"):
        "tasks annotate TrainOptions: the options a task reads move down into the tasks layer (issue 52, item 7)"
        for name in ("base", "classification", "clm", "language_model", "mlm", "translation")},
