@@ -19,6 +19,8 @@ from .variants import row, rows_of, values
 # ----------------------------------------------------------------------------------------------
 # vLLM and the model classes: what it builds from a folder each class saved.
 
+#: What vLLM 0.32 does with a classifier's folder, its refusal lifted, as `python scripts/vllm_check.py rows`
+#: measures it (docs/support-matrix.md quotes the run).
 _NO_SCORE_IN_VLLM = ("it registers the head it finds (`classifier` or `score`) as `classifier`, and fails at load "
                      "(\"There is no module or parameter named 'score' in TransformersForSequenceClassification\")")
 
