@@ -4,7 +4,7 @@
                                           [--device cpu|cuda] [--dtype float32|bfloat16] [--plan cpu|gpu]
                                           [--estimate] [--no-train] [--reanalyse RECORD [--add-runs FILE ...]]
 
-A plan (``SweepPlan``) names compute budgets C, counted as C = (6 N + 12 L d T) D (scripts/scaling_fits.py says
+A plan (``SweepPlan``) names compute budgets C, counted as C = (6 N + 12 L d T) D (scaling_fits.py says
 why), and a family of decoders (width d and depth round(d/20) grown together, 8-dimensional heads, d_ff = 4d).
 It is trained in two stages:
 
