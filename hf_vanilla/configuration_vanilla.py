@@ -4,25 +4,20 @@ The defaults are the paper's base model (Vaswani et al. 2017, table 3): an encod
 d_model=512, 6+6 layers, 8 heads, d_ff=2048, ReLU, post-norm residual blocks, sinusoidal positions,
 dropout 0.1, embeddings scaled by sqrt(d_model) and shared with the output projection.
 
-Every option is validated when the config is built (value and JSON type) against what variants.py declares (the
-table's rows, the other fields' allowed values), so a bad combination fails here, with the field and the allowed
-values named, and never deep inside a forward pass; an option the chosen scheme, norm or family would ignore is refused. Keys that are not options are kept and saved, as
-transformers' own configs do (tools add attributes), and named once in the log.
+Every option is validated when the config is built (value and JSON type) by the rules of rules.py, read from the
+table of variants.py (its rows, the other fields' allowed values), so a bad combination fails here, with the field
+and the allowed values named, and never deep inside a forward pass; an option the chosen scheme, norm or family would
+ignore is refused. Keys that are not options are kept and saved, as transformers' own configs do (tools add
+attributes), and named once in the log. The attention implementation is decided when it is set (engines.py: an
+engine's, one that drops a bias).
 
 This file travels to the Hub with the model: it imports only transformers, the standard library and its siblings.
-It imports transformers_releases.py first, which refuses a release older than the model files support, bridges the
-differences between the supported ones and decides the attention implementation when it is set (an engine's, one
-that drops a bias); modeling_vanilla.py and positional.py import this file first.
+It imports transformers_releases.py first, which refuses a release older than the model files support and bridges
+the differences between the supported ones; modeling_vanilla.py and positional.py import this file first.
 """
 
 # First: transformers_releases refuses a transformers release older than these files support.
-from .transformers_releases import (
-    PASSED_THROUGH,
-    AttentionDecidedWhenSet,
-    field_errors_as_value_errors,
-    is_plan_given_back,
-    refuse_attention_dropping_bias,
-)
+from .transformers_releases import is_plan_given_back
 
 # isort: split
 import dataclasses
@@ -33,21 +28,20 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 from transformers.utils import logging
 
-from .variants import (
-    AUTO_CLASSES,
+from .engines import AttentionDecidedWhenSet, refuse_attention_dropping_bias
+from .rules import (
+    PASSED_THROUGH,
     check_choice,
     check_inactive_options,
     check_rope_settings,
     check_rows,
     check_values,
-    engine_alias,
+    field_errors_as_value_errors,
     field_is_active,
-    head_families,
     pipeline_parallel_plan,
-    row,
     tensor_parallel_plan,
-    values,
 )
+from .variants import AUTO_CLASSES, engine_alias, head_families, row, values
 
 logger = logging.get_logger(__name__)
 

@@ -49,7 +49,8 @@ from .errors import HfVanillaError, refuse
 from .files.atomic import FileOperationError, staged_folder
 from .files.output_folder import JOURNAL, RECORD, OutputFolder
 from .modeling_vanilla import VanillaPreTrainedModel
-from .variants import field_is_active, rows_of
+from .rules import field_is_active
+from .variants import rows_of
 
 # ----------------------------------------------------------------------------------------------
 # The description format

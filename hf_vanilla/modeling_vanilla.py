@@ -47,6 +47,7 @@ from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
+from .engines import refuse_attention_dropping_bias, refuse_engine_classifier, refuse_engine_options
 from .positional import (
     NO_POSITIONAL_INPUTS,
     InitialisesItself,
@@ -54,15 +55,9 @@ from .positional import (
     build_positional_scheme,
     rotate_folded,
 )
-from .transformers_releases import (
-    CACHE_NAME,
-    accepts_past_key_values,
-    cache_field,
-    refuse_attention_dropping_bias,
-    refuse_engine_classifier,
-    refuse_engine_options,
-)
-from .variants import check_rope_settings, enter_class, head_families, scheme_row
+from .rules import check_rope_settings
+from .transformers_releases import CACHE_NAME, accepts_past_key_values, cache_field
+from .variants import enter_class, head_families, scheme_row
 
 #: The projections LoRA adapts when ``LoraConfig()`` names none (as PEFT's defaults for Llama).
 LORA_TARGET_MODULES = ("q_proj", "v_proj")

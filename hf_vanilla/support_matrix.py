@@ -3,6 +3,7 @@ backends, vLLM, parallelism, the exporters and each ``to_hf`` target. docs/suppo
 (``python -m hf_vanilla.support_matrix > docs/support-matrix.md``); tests/test_variants.py keeps them equal."""
 
 from . import variants
+from .engines import VLLM_HEAD_REFUSALS
 
 #: transformers' attention implementations, by how they treat an additive attention bias.
 BACKENDS = ("eager", "sdpa", "flex_attention", "flash_attention_2")
@@ -170,8 +171,8 @@ def vllm_head_cell(head: str, family: str) -> str:
 
     if variants.row("architecture", family).vllm_refusal:
         return "refused: the family's `architecture` row"
-    if variants.VLLM_HEAD_REFUSALS.get(head):
-        return f"refused when vLLM builds it: {variants.VLLM_HEAD_REFUSALS[head]}"
+    if VLLM_HEAD_REFUSALS.get(head):
+        return f"refused when vLLM builds it: {VLLM_HEAD_REFUSALS[head]}"
     if VLLM_RUNNERS.get(head) == "generate":
         return "yes: generation (vLLM builds the output layer; the matrix's vLLM column)"
     token = {"CLS": "first", "LAST": "last"}[POOLING[family]]

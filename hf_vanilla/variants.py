@@ -1,14 +1,14 @@
-"""One table of variants: every value of every structural option, and what it needs of each engine; and the rules
-read from it.
+"""One table of variants: every value of every structural option, what it needs of each engine, and the lookups
+that read it.
 
 A row says what one value of one config field *is* (does it add to the embeddings, add a bias to the attention
 scores, hold parameters, which fields take effect only with it, what else a config using it must satisfy, which
 model classes sit on a family) and what each engine does with it (tensor parallelism splits its heads or keeps them
 whole; vLLM serves it, serves it through another field, or is refused with a reason; each exporter carries it or
-fails for a stated reason; which ``to_hf`` targets compute it natively). Below the table, read from it when asked
-(nothing copies it at import): the allowed values of the fields, the inactive-options rule and the parallel plans
-VanillaConfig validates and gives transformers; the engine refusals, convert's relevant fields and native forms,
-scripts and the tests' grids read it too. Nothing else lists option values.
+fails for a stated reason; which ``to_hf`` targets compute it natively). Below the table, the lookups (which rows a
+config uses, which values an option has, which targets carry it) that everything else reads when asked (nothing
+copies the table at import): rules.py's validation, ranges, inactive options and parallel plans; engines.py's
+refusals; convert's relevant fields and native forms; scripts and the tests' grids. Nothing else lists option values.
 
 A new value is one row here (``register``) and, for a positional scheme, one class in positional.py naming it; a new
 norm or activation is one row and, where transformers has no such module (an activation outside ``ACT2FN``, any
@@ -161,27 +161,6 @@ _BIAS_IN_VLLM = ("vLLM's attention takes queries, keys and values only: it drops
 _HEAD_IN_VLLM = ("vLLM builds its own output layer (the projection, its bias, logit_scale) and has no transform: it "
                  "fails at load (\"There is no module or parameter named 'lm_head_transform' in "
                  "TransformersForCausalLM\")")
-_NO_SCORE_IN_VLLM = ("it registers the head it finds (`classifier` or `score`) as `classifier`, and fails at load "
-                     "(\"There is no module or parameter named 'score' in TransformersForSequenceClassification\")")
-
-#: Why vLLM cannot serve a VanillaForSequenceClassification, of any family (it is refused when vLLM builds it).
-VLLM_CLASSIFIER_REFUSAL = (
-    "vLLM's Transformers backend classifies with its own pooler and head, not hf_vanilla's (classifier_pooling, "
-    f"pooler, score): {_NO_SCORE_IN_VLLM}"
-)
-
-#: The classes a user saves that vLLM has no path for, and why, by name (refused when vLLM builds the model from a
-#: folder one of them saved). vLLM serves the others: a decoder's VanillaForCausalLM generates, and the bare model
-#: and VanillaForMaskedLM are embedding models (vLLM pools the encoder; a masked-LM folder's head is left unread).
-VLLM_HEAD_REFUSALS: dict[str, str] = {
-    "VanillaForSequenceClassification": VLLM_CLASSIFIER_REFUSAL,
-    "VanillaForTokenClassification": (
-        "vLLM's Transformers backend has no token classifier: it reads a folder saved by this class as a sequence "
-        f"classifier, and {_NO_SCORE_IN_VLLM}"),
-    "VanillaForQuestionAnswering": (
-        "vLLM's Transformers backend has no question-answering head: it reads this folder as a language model and "
-        "fails at load (\"There is no module or parameter named 'qa_outputs' in TransformersForCausalLM\")"),
-}
 
 #: Every to_hf target: the value each native model can be configured with (every native config names each of
 #: the shipped activations, T5's as ``feed_forward_proj``, gated or not).
@@ -227,7 +206,7 @@ def is_finite_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _check_rope(config: Any) -> None:
+def check_rope(config: Any) -> None:
     """transformers only warns about these; the rotary tables would then be NaN, wrong or the wrong shape."""
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # imports torch: only for RoPE configs
 
@@ -320,7 +299,7 @@ VARIANTS: list[Variant] = [
             active_fields=("position_offset",), adds_to_embeddings=True, parameters=True,
             to_hf=("gpt2", "bert", "bart"), to_hf_conditions=(("bart", "position_offset=2"),), engines=_EVERY_ENGINE),
     Variant("position_embedding_type", "rope", "queries and keys rotated by position (Llama)",
-            active_fields=("rope_parameters",), check=_check_rope, to_hf=("llama",), engines=_EVERY_ENGINE),
+            active_fields=("rope_parameters",), check=check_rope, to_hf=("llama",), engines=_EVERY_ENGINE),
     Variant("position_embedding_type", "alibi", "linear distance penalty per head (Press et al.)",
             attention_bias=True, vllm_refusal=_BIAS_IN_VLLM, engines=_every_engine_but(VLLM, TENSOR_PARALLEL)),
     Variant("position_embedding_type", "relative", "learned bucketed bias per head (T5)",
@@ -506,13 +485,13 @@ def rows_of(config: Any) -> tuple[Variant, ...]:
         value = getattr(config, option, None)  # rope_parameters is absent where RoPE was chosen after building
         named = [r for r in rows(option) if r.value != NON_DEFAULT and r.value == value]
         differing = [r for r in rows(option) if r.value == NON_DEFAULT
-                     and value != (r.default_of(config) if r.default_of else _default(config, option))]
+                     and value != (r.default_of(config) if r.default_of else default_value(config, option))]
         used += named or differing
     place = {id(r): i for i, r in enumerate(VARIANTS)}  # by identity: comparing rows field by field is slow
     return tuple(sorted(used, key=lambda r: place[id(r)]))
 
 
-def _default(config: Any, name: str) -> Any:
+def default_value(config: Any, name: str) -> Any:
     """The default of field ``name`` of ``config``'s class (a dataclass: VanillaConfig)."""
     return type(config).__dataclass_fields__[name].default
 
@@ -535,172 +514,3 @@ def engine_alias(name: str) -> str | None:
 def scheme_row(config: Any) -> Variant:
     """The table's row for this config's positional scheme."""
     return row("position_embedding_type", config.position_embedding_type)
-
-
-def check_rows(config: Any) -> None:
-    """The checks the rows ``config`` uses declare (``check``): a scheme's settings, an activation's name."""
-    for used in rows_of(config):
-        if used.check is not None:
-            used.check(config)
-
-
-# ----------------------------------------------------------------------------------------------
-# The allowed values of the fields no row lists: choices that change no engine's support, and number ranges
-
-#: Choice fields that are not in the table of variants (they change no engine's support).
-OTHER_CHOICES: dict[str, tuple[str, ...]] = {
-    "sinusoidal_layout": ("interleaved", "concatenated"),
-    "classifier_pooling": ("first", "last", "mean", "eos"),
-}
-
-#: Largest initialisation spread accepted: weights drawn wider overflow float32 products within a layer or two.
-MAX_INIT_SPREAD = 1e3
-
-_FINITE_POSITIVE = "a finite number > 0"
-_DROPOUT = ("in [0, 1)", lambda v: v is None or 0 <= v < 1)
-
-#: Number fields -> (the allowed range in words, its test). NaN and infinities fail every test.
-NUMBER_RANGES: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    **dict.fromkeys(("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_decoder_layers",
-                     "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings"),
-                    ("a positive integer", lambda v: v >= 1)),
-    **dict.fromkeys(("position_offset", "type_vocab_size"), ("an integer >= 0", lambda v: v >= 0)),
-    **dict.fromkeys(("hidden_dropout", "attention_dropout", "activation_dropout", "classifier_dropout"), _DROPOUT),
-    "norm_eps": (_FINITE_POSITIVE, lambda v: 0 < v < math.inf),
-    "attention_scale": (f"{_FINITE_POSITIVE}, or None for 1/sqrt(head_dim)", lambda v: v is None or 0 < v < math.inf),
-    "lm_head_scale": (f"{_FINITE_POSITIVE} (1.0 leaves the hidden states as they are)", lambda v: 0 < v < math.inf),
-    "initializer_range": (f"a number in [0, {MAX_INIT_SPREAD:g}]", lambda v: 0 <= v <= MAX_INIT_SPREAD),
-    "initializer_factor": (f"in (0, {MAX_INIT_SPREAD:g}] (1.0 is T5's initialisation) or None (the normal "
-                           "initialisation at initializer_range)", lambda v: v is None or 0 < v <= MAX_INIT_SPREAD),
-}
-
-
-def check_choice(field: str, value: Any, allowed: tuple[Any, ...]) -> None:
-    if value not in allowed:
-        raise ValueError(f"VanillaConfig.{field}={value!r} is not supported; choose one of {', '.join(map(repr, allowed))}.")
-
-
-def check_values(config: Any) -> None:
-    """Each field's value is one its rows (a choice), :data:`OTHER_CHOICES` or :data:`NUMBER_RANGES` allow: a value
-    that passes the type check but would give NaN, a silent disagreement between backends or a late crash is refused."""
-    for option in options():
-        if NON_DEFAULT not in values(option):  # a choice, not a setting with a special value
-            check_choice(option, getattr(config, option), values(option))
-    for field, allowed in OTHER_CHOICES.items():
-        check_choice(field, getattr(config, field), allowed)
-    for field, (allowed, valid) in NUMBER_RANGES.items():
-        value = getattr(config, field)
-        if not valid(value):
-            raise ValueError(f"VanillaConfig.{field}={value!r} is out of range: it must be {allowed}.")
-
-
-# ----------------------------------------------------------------------------------------------
-# Options that take effect only under another option's value (``active_fields``): set otherwise, they are refused
-
-
-def activation_condition(name: str) -> tuple[str, Callable[[Any], bool]]:
-    """A field that changes nothing unless an option has certain values -> (that condition in words, its test)."""
-    ((option, allowed),) = activating_values(name).items()
-    words = f"{option}={allowed[0]!r}" if len(allowed) == 1 else f"{option} is {' or '.join(map(repr, allowed))}"
-    return words, lambda config: getattr(config, option) in allowed
-
-
-def field_is_active(name: str, config: Any) -> bool:
-    """Whether ``name`` changes what this config computes (fields without a condition always do)."""
-    return name not in fields_with_conditions() or activation_condition(name)[1](config)
-
-
-#: The RoPE settings PreTrainedConfig writes into every config that has the field (older saves carry them).
-_BASE_ROPE_DEFAULTS = ({"rope_theta": 10000.0, "rope_type": "default"}, {"rope_theta": 10000, "rope_type": "default"})
-
-
-def check_inactive_options(config: Any, rope_scaling: dict | None = None, names: tuple[str, ...] | None = None) -> None:
-    """Refuse a setting the chosen scheme, norm or family would silently ignore."""
-    for name in fields_with_conditions() if names is None else names:
-        condition, active = activation_condition(name)
-        if active(config):
-            continue
-        value = getattr(config, name, None)  # rope_parameters exists only with RoPE (or once a tool assigns it)
-        if name == "rope_parameters":
-            value = rope_scaling or value
-            ignored = value is not None and value not in _BASE_ROPE_DEFAULTS
-        elif name == "num_decoder_layers":
-            ignored = value != config.num_hidden_layers
-        else:
-            ignored = value != _default(config, name)
-        if ignored:
-            raise ValueError(
-                f"VanillaConfig.{name}={value!r} has no effect unless {condition} (this config has "
-                f"position_embedding_type={config.position_embedding_type!r}, norm_type={config.norm_type!r}, "
-                f"architecture={config.architecture!r}); remove it, or choose the setting it belongs to."
-            )
-
-
-def check_rope_settings(config: Any) -> None:
-    """RoPE settings given to a config without RoPE after it was built (tools probe ``rope_parameters``, which
-    every config has, and assign it): refused when a model is built from the config or it is saved, as at
-    construction; RoPE chosen after it was built needs its settings. Other derived options (``num_decoder_layers``)
-    follow their fields and are not checked here."""
-    check_inactive_options(config, names=("rope_parameters",))
-    if is_option_active("rope_parameters", config):
-        _check_rope(config)
-
-
-# ----------------------------------------------------------------------------------------------
-# Parallelism plans: which modules of VanillaModel each rank shards (tensor) or holds (pipeline), from the rows
-
-
-def attention_tp_plan(prefix: str) -> dict[str, str]:
-    """Megatron's split of one attention: q, k, v by heads (columns), the output projection by rows (one all-reduce)."""
-    return {f"{prefix}.{name}_proj": "colwise" for name in "qkv"} | {f"{prefix}.o_proj": "rowwise"}
-
-
-def tensor_parallel_plan(config: Any) -> dict[str, str]:
-    """``base_model_tp_plan``: module names of VanillaModel -> transformers' parallel styles.
-
-    Every rank computes the same result as one process, up to the order of the row-wise sums:
-    * attention heads are split across ranks (q, k, v column-wise, o row-wise); the ranks must divide
-      ``num_key_value_heads``. A single key/value head (multi-query) cannot be split: its attention stays whole.
-    * a scheme's per-head parameters follow its row's plan (T5's relative bias: each rank keeps its heads'
-      columns); a scheme whose row keeps heads whole (ALiBi: its slopes are not weights a plan can shard) leaves
-      self-attention whole on every rank (cross-attention is split).
-    * the feed-forward network (gate and up column-wise, down row-wise).
-    transformers adds the token embedding (split by vocabulary) and the heads add their output projection.
-    """
-    stacks = {"encoder": ("encoder",), "decoder": ("decoder",), "encoder-decoder": ("encoder", "decoder")}
-    scheme = scheme_row(config)
-    # Any other row that does not declare split heads (a new norm, say) keeps every attention whole: exact anyway.
-    others_split = all(used.tensor_parallel == TP_SPLIT for used in rows_of(config) if used is not scheme)
-    split_heads = config.num_key_value_heads > 1 and others_split
-    plan: dict[str, str] = {}
-    for stack in stacks[config.architecture]:
-        layers = f"{stack}.layers.*"
-        if split_heads and scheme.tensor_parallel == TP_SPLIT:
-            plan |= attention_tp_plan(f"{layers}.self_attn")
-            plan |= {f"{stack}.positions.{name}": style for name, style in scheme.tensor_parallel_plan}
-        if split_heads and stack == "decoder" and config.is_encoder_decoder:
-            plan |= attention_tp_plan(f"{layers}.cross_attn")
-        if config.gated_ffn:
-            plan[f"{layers}.mlp.gate_proj"] = "colwise"
-        plan |= {f"{layers}.mlp.up_proj": "colwise", f"{layers}.mlp.down_proj": "rowwise"}
-    return plan
-
-
-def pipeline_parallel_plan(config: Any) -> dict[str, tuple[list[str], list[str]]] | None:
-    """``base_model_pp_plan``: the embedding, the one list of layers and the final norm, in order, each with its
-    inputs and outputs -- where a later stage may start from hidden states given as ``inputs_embeds``.
-
-    None (no plan) for an encoder-decoder (two lists of layers) and for a stack that adds positions, token types
-    or a norm to its input embeddings: those would be added again to the hidden states a stage receives.
-    """
-    adds_to_embeddings = scheme_row(config).adds_to_embeddings or config.embedding_norm or config.type_vocab_size
-    if adds_to_embeddings or any(variant.pipeline_refusal for variant in rows_of(config)):
-        return None
-    stack = "decoder" if config.is_decoder else "encoder"
-    plan = {
-        "embed_tokens": (["input_ids"], ["inputs_embeds"]),
-        f"{stack}.layers": (["hidden_states", "attention_mask"], ["hidden_states"]),
-    }
-    if config.final_norm:
-        plan[f"{stack}.final_norm"] = (["hidden_states"], ["hidden_states"])
-    return plan

@@ -18,6 +18,9 @@ import statistics
 import sys
 from pathlib import Path
 
+import torch
+import transformers
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from hf_vanilla.tools import bench
@@ -42,9 +45,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--tiny", action="store_true", help="tiny sizes: a smoke test")
     args = parser.parse_args(argv)
-
-    import torch
-    import transformers
 
     transformers.logging.set_verbosity_error()
     if args.threads:

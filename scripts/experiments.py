@@ -10,7 +10,8 @@
 (hf_vanilla/experiments/recipes.py states each study; docs/compare.md shows what it measures): the report is
 ``OUT/NAME.md``, ``NAME.json``, ``NAME-curves.png`` (``NAME-extrapolation.png``), kept and refused as compare keeps
 and refuses it. Any further flag is compare's (``--seeds 5``, ``--vary ...``, ``--data-files ...``); ``--tiny``
-runs the same code in seconds. ``scaling`` is the IsoFLOP sweep of ``scripts/scaling.py`` (its docstring).
+runs the same code in seconds. ``scaling`` is the IsoFLOP sweep of ``hf_vanilla/experiments/scaling.py`` (its
+docstring).
 """
 
 from __future__ import annotations
@@ -24,21 +25,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
+from hf_vanilla import register  # noqa: E402
 from hf_vanilla.errors import REFUSED, HfVanillaError, sentence  # noqa: E402
-from hf_vanilla.experiments.experiment import claimed_outputs  # noqa: E402, F401 -- scripts/scaling.py's
-from hf_vanilla.experiments.measures import perplexity_at  # noqa: E402, F401 -- scripts/scaling.py's
-from hf_vanilla.experiments.report import machine  # noqa: E402
+from hf_vanilla.experiments import compare  # noqa: E402
+from hf_vanilla.experiments.experiment import run_plan  # noqa: E402
 
 #: ``--tiny``: a model and budget the tests run in seconds (compare's flags, after the study's).
 TINY = ("--preset", "tiny", "--config", "hidden_size=32", "--config", "intermediate_size=64", "--config",
         "num_hidden_layers=2", "--config", "num_attention_heads=2", "--block-size", "8", "--batch-size", "4",
         "--vocab-size", "300", "--max-steps", "4", "--seeds", "2", "--max-eval-samples", "4", "--max-test-samples", "8")
-
-
-def provenance() -> dict:
-    """scripts/scaling.py's record of where it ran, in the names its records have always used."""
-    here = machine()
-    return dict(here, dirty=here["uncommitted_changes"], load_average_at_start=here["load_average"])
 
 
 def compare_argv(name: str, out: Path, runs: Path, tiny: bool, rest: list[str]) -> list[str]:
@@ -50,10 +45,6 @@ def compare_argv(name: str, out: Path, runs: Path, tiny: bool, rest: list[str]) 
 def run_study(name: str, argv: list[str], command: str) -> int:
     """``hf-vanilla compare`` with ``argv`` (``command``: this one, for the report); a refusal is one sentence
     naming this command, exit 2."""
-    from hf_vanilla import register
-    from hf_vanilla.experiments import compare
-    from hf_vanilla.experiments.experiment import run_plan
-
     argv = compare.with_study(argv)
     args = compare.build_parser(f"experiments.py {name}").parse_args(argv)
     try:
@@ -67,8 +58,8 @@ def run_study(name: str, argv: list[str], command: str) -> int:
 
 
 def scaling_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    sys.path.insert(0, str(REPO / "scripts"))
-    import scaling
+    # the sweep's module loads torch at import: only when the sweep runs (start-up time of --help)
+    from hf_vanilla.experiments import scaling
 
     if args.add_runs and args.reanalyse is None:
         parser.error("--add-runs needs --reanalyse RECORD: it adds result files to a written record's runs")

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -48,6 +49,9 @@ from hf_vanilla.arguments import OneSentenceParser, positive_number, whole_numbe
 from hf_vanilla.errors import HfVanillaError, sentence
 from hf_vanilla.files.output_folder import FolderBusyError, OutputFolder
 from hf_vanilla.publishing.unfinished import resume_command
+from hf_vanilla.tasks import get_task
+from hf_vanilla.training.options import make_options, preset_model_fields
+from hf_vanilla.training.preflight import check_before_loading
 
 PROMPTS = ("MACBETH.\n", "LADY MACBETH.\nCome, ", "To be, or not to be, ")
 
@@ -66,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     except (HfVanillaError, FolderBusyError, OSError, ValueError) as error:
         print(f"main_job: {sentence(error)}", file=sys.stderr)
         return 2
-    from hf_vanilla.corpora import CorpusUnavailableError  # torch loads from here on
+    # torch loads from here on: the refusals above answer without it (tests/test_cli)
+    from hf_vanilla.corpora import CorpusUnavailableError
     from hf_vanilla.training import TrainingDivergedError, TrainingInterruptedError
 
     try:
@@ -104,9 +109,6 @@ def job_options(args: argparse.Namespace) -> dict:
 
 def check_first(args: argparse.Namespace) -> None:
     """What the folder and the arguments alone refuse, before torch loads (hf_vanilla.training.preflight)."""
-    from hf_vanilla.tasks import get_task
-    from hf_vanilla.training.options import make_options
-    from hf_vanilla.training.preflight import check_before_loading
 
     task = get_task("clm")
     check_before_loading(task, Path(args.output_dir), make_options(job_options(args)).resolved(task))
@@ -130,13 +132,11 @@ def newest_checkpoint_step(run_dir: Path) -> int:
 def probe_seconds_per_step(args: argparse.Namespace, repeats: int = 2) -> float:
     """Seconds one optimizer step of the job's model takes here now: the median of ``repeats`` timed steps on a
     batch of its shape (random tokens), after one untimed step that allocates and picks the kernels."""
-    import statistics
 
+    # torch loads only once the arguments and the folder pass: a refusal answers without it (tests/test_cli)
     import torch
 
     from hf_vanilla import VanillaConfig, VanillaForCausalLM
-    from hf_vanilla.tasks import get_task
-    from hf_vanilla.training.options import make_options, preset_model_fields
 
     task, options = get_task("clm"), job_options(args)
     fields = preset_model_fields(make_options(options).resolved(task), task)
@@ -165,6 +165,7 @@ def estimate_line(seconds_per_step: float, steps: int) -> str:
 
 def run_job(args: argparse.Namespace, finish_command: str | None = None):
     """The training run, every value of the README's job; ``finish_command`` continues it after a stop."""
+    # torch loads only once the arguments and the folder pass: a refusal answers without it (tests/test_cli)
     from hf_vanilla.training import train
 
     hf_vanilla.register()  # the reload in report() finds the classes through the Auto classes
@@ -201,6 +202,7 @@ def recorded_summary(run_dir: Path) -> dict | None:
 
 def summarise(result, run_dir: Path, t0: float) -> dict:
     """Reload the run with the Auto classes, generate, and write main_job.json: the summary and the generations."""
+    # torch loads only once the arguments and the folder pass: a refusal answers without it (tests/test_cli)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -247,6 +249,7 @@ def rounded(value: float | None, digits: int) -> float | None:
 
 def final_line(perplexity: float, unigram: float, completion: dict) -> str:
     """The job's last line: the held-out figure against unigram, in words, and whether all planned steps ran."""
+    # torch loads only once the arguments and the folder pass: a refusal answers without it (tests/test_cli)
     from hf_vanilla.training.outputs import stop_line
 
     if perplexity < unigram:

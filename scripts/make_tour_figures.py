@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 
 import torch
+from tokenizers import Tokenizer, models, pre_tokenizers, processors
+from transformers import PreTrainedTokenizerFast
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
@@ -36,9 +38,6 @@ UNTRAINED = "untrained tiny model (random weights)"
 
 def word_tokenizer(sentences: list[str]):
     """A word-level tokenizer over the example sentences: enough to label the axes of a random model."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
     words = sorted({w for s in sentences for w in s.split()})
     vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3, **{w: i + 4 for i, w in enumerate(words)}}
     backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))

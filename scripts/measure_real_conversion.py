@@ -23,6 +23,8 @@ import tempfile
 from pathlib import Path
 
 import torch
+import transformers
+from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 import hf_vanilla  # noqa: F401  (registers the Vanilla* classes)
 from hf_vanilla.convert import check_conversion, convert_checkpoint, from_hf
@@ -46,8 +48,6 @@ def max_diff(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
 
 
 def bert(folder: Path) -> dict:
-    from transformers import AutoModel, AutoTokenizer
-
     out = Path(tempfile.mkdtemp()) / "bert-vanilla"
     report = convert_checkpoint(folder, out)
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -75,9 +75,6 @@ def bert(folder: Path) -> dict:
 
 
 def llama(gguf: Path | None) -> dict:
-    import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     if gguf is not None:
         load = dict(gguf_file=gguf.name, dtype=torch.float32, attn_implementation="sdpa")
         native = AutoModelForCausalLM.from_pretrained(gguf.parent, **load).eval()

@@ -23,12 +23,18 @@ ratio being the median of per-round ratios as in the bench. ``--top`` lists the 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
+
+import torch
+import transformers
+from torch.profiler import ProfilerActivity
+from torch.profiler import profile as torch_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
@@ -60,9 +66,6 @@ def group_of(name: str) -> str | None:
 
 def profile(run: Callable[[], None]) -> tuple[list[tuple[str, float]], float]:
     """(name, self CPU microseconds) of every event of one call of ``run``, and the call's wall seconds."""
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as torch_profile
-
     with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
         start = time.perf_counter()
         run()
@@ -129,11 +132,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=8, help="ops with the largest time difference to list")
     parser.add_argument("--tiny", action="store_true", help="tiny sizes: a smoke test")
     args = parser.parse_args(argv)
-
-    import os
-
-    import torch
-    import transformers
 
     transformers.logging.set_verbosity_error()
     if args.threads:

@@ -34,6 +34,7 @@ FOLDERS = ("twin", "ours", "copied", "resaved")
 
 def time_saves(folder: Path, shard: str) -> dict[str, dict[str, float]]:
     """One process's two saves of the model in ``folder``: seconds, user and system CPU seconds, minor faults."""
+    # torch and transformers in the child that saves: the parent only starts children and reads their numbers
     import torch
     import transformers
 

@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         output_dir = tempfile.mkdtemp(prefix="hf_vanilla-translation-dry-run-")
         print(f"dry run: writing to {output_dir}")
 
+    # the training stack (torch, the [train] extra) loads only for a run: --print-command answers without it
     from hf_vanilla.training import train
 
     try:

@@ -20,27 +20,43 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_import_graph_has_no_cycle():
-    """Typing-only and function-level imports count: a circle through an annotation is still a circle to a reader."""
-    assert layers.cycles(layers.checked_graph()) == []
+    """Typing-only and function-level imports count: a circle through an annotation is still a circle to a reader.
+    The scripts count too: they import each other by name and the package by its."""
+    assert layers.cycles({**layers.graph(), **layers.script_graph()}) == []
+
+
+def test_the_scripts_graph_sees_scripts_importing_each_other_and_the_package(tmp_path, monkeypatch):
+    (tmp_path / "door.py").write_text("import sys\nfrom hf_vanilla.experiments import compare\n\n\ndef main():\n"
+                                      "    # the sweep: start-up time\n    import sweep\n")
+    (tmp_path / "sweep.py").write_text("from door import main\n")
+    monkeypatch.setattr(layers, "SCRIPTS", tmp_path)
+    found = layers.script_graph()
+    assert found == {"scripts.door": frozenset({"scripts.sweep", "hf_vanilla.experiments.compare"}),
+                     "scripts.sweep": frozenset({"scripts.door"})}
+    assert layers.cycles(found) == [["scripts.door", "scripts.sweep"]]
 
 
 def test_no_import_goes_up_a_layer():
-    assert layers.upward_arrows(layers.checked_graph()) == []
+    assert layers.upward_arrows(layers.graph()) == []
 
 
-def test_the_pending_arrows_are_typing_only():
-    """The only exceptions the two checks above allow are annotations awaiting a move; an import that runs never."""
-    known = set(layers.modules())
-    for (module, target), why in layers.PENDING.items():
-        found = [i for i in layers.package_imports(module, layers.modules()[module], known) if i.target == target]
-        assert all(i.typing_only for i in found), f"{module} imports {target} at run time ({why})"
+def test_what_a_task_reads_of_the_options_is_what_training_gives_it():
+    """Tasks declare the options they read (TaskOptions, in the tasks layer) so as not to import the training layer
+    above them; the run's TrainOptions has each, with the same type."""
+    import typing
+
+    from hf_vanilla.tasks.base import TaskOptions
+    from hf_vanilla.training.options import TrainOptions
+
+    given, read = typing.get_type_hints(TrainOptions), typing.get_type_hints(TaskOptions)
+    assert len(read) >= 20 and {name: hint for name, hint in read.items() if given.get(name) != hint} == {}
 
 
 def test_every_function_level_import_says_why_it_waits():
-    """An import inside a function is for a heavy optional dependency or start-up time; a comment says which."""
-    unexplained = [line for name, path in layers.modules().items()
-                   if not name.startswith(layers.UNEXPLAINED_IMPORTS_PENDING)
-                   for line in layers.unexplained_function_imports(path)]
+    """An import inside a function is for a heavy optional dependency or start-up time; a comment says which. The
+    package's modules and the scripts alike."""
+    files = [*layers.modules().values(), *layers.script_modules().values()]
+    unexplained = [line for path in files for line in layers.unexplained_function_imports(path)]
     assert unexplained == []
 
 

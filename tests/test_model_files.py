@@ -27,8 +27,8 @@ from hf_vanilla import configuration_vanilla, modeling_vanilla, positional
 from hf_vanilla.checkpoint import code_files
 from tests.factories import FAMILIES, model_inputs, padded_batch, tiny_model
 
-TRAVELLING = {"modeling_vanilla.py", "configuration_vanilla.py", "positional.py", "variants.py",
-              "transformers_releases.py"}
+TRAVELLING = {"modeling_vanilla.py", "configuration_vanilla.py", "positional.py", "variants.py", "rules.py",
+              "engines.py", "transformers_releases.py"}
 #: Standard-library modules a model file legitimately needs: none of them touches the file system or the host.
 PURE_STDLIB = {"__future__", "typing", "math", "copy", "dataclasses", "collections", "functools", "itertools",
                "inspect",  # inspect: the signature of a registered attention function (does it take position_bias)

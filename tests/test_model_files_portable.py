@@ -1,9 +1,9 @@
 """The model files that travel with a checkpoint run on every supported transformers release (issue 22).
 
 The package needs the newest transformers; the model files (configuration_vanilla.py, modeling_vanilla.py,
-positional.py, variants.py, transformers_releases.py) run on every release from 5.16.1, the oldest vLLM supports. This module imports neither hf_vanilla
-nor the other test helpers, so scripts/test.sh runs it in a second environment with the oldest release, where the
-package itself does not install (``pytest --noconftest tests/test_model_files_portable.py``). It loads the files as
+positional.py, variants.py, rules.py, engines.py, transformers_releases.py) run on every release from 5.16.1, the
+oldest vLLM supports. This module imports neither hf_vanilla nor the other test helpers, so scripts/test.sh runs it
+in a second environment with the oldest release, where the package itself does not install (``pytest --noconftest tests/test_model_files_portable.py``). It loads the files as
 ``trust_remote_code=True`` does, registers them for the Auto classes as ``hf_vanilla.register()`` does (pinned by
 tests/test_model_files.py), and checks forward, cached generation and save-then-reload on the release it finds.
 """

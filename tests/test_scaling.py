@@ -27,9 +27,6 @@ WORDS = "the king queen lord lady sword crown night day love death heart blood f
 from hf_vanilla.experiments import scaling  # noqa: E402
 from hf_vanilla.experiments import scaling_fits as fits  # noqa: E402
 
-sys.path.insert(0, str(REPO / "scripts"))  # the door imports experiments by name, as the command line does
-import scaling as door  # noqa: E402
-
 spec = importlib.util.spec_from_file_location("experiments_script", REPO / "scripts" / "experiments.py")
 experiments = importlib.util.module_from_spec(spec)
 sys.modules["experiments_script"] = experiments
@@ -447,7 +444,7 @@ def test_scaling_tiny_end_to_end_and_resumes(tmp_path: Path, text_files, capsys)
 
 def test_one_budget_dry_run_trains_both_stages_and_resumes(tmp_path: Path, text_files, capsys):
     plan = replace(scaling.dry_run(scaling.CPU), budgets=(1.6e7,))
-    record = door.sweep(tmp_path / "out", tmp_path / "runs", plan, data_files=text_files)
+    record = scaling.sweep(tmp_path / "out", tmp_path / "runs", plan, data_files=text_files)
     rates = {int(w): lr for w, lr in record["learning_rates"].items()}
     assert len(rates) == 5
     for width, lr in rates.items():  # the plan's three rates, then 2x / 1/2x beyond an edge that won
@@ -459,7 +456,7 @@ def test_one_budget_dry_run_trains_both_stages_and_resumes(tmp_path: Path, text_
     assert sorted(r["seed"] for r in record["runs"]) == sorted(list(plan.seeds) * plan.sizes_per_budget)
     assert record["analysis"]["per_budget"][0]["best_loss_seed_sd"] > 0
     capsys.readouterr()
-    door.sweep(tmp_path / "out", tmp_path / "runs", plan, data_files=text_files)
+    scaling.sweep(tmp_path / "out", tmp_path / "runs", plan, data_files=text_files)
     assert "15 of 15 runs already finished" in capsys.readouterr().out
 
 

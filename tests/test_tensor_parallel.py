@@ -34,7 +34,7 @@ from transformers.distributed.pipeline_parallel import PipelineIdentityLayer
 
 import hf_vanilla as hv
 from hf_vanilla import variants
-from hf_vanilla.transformers_releases import rows_of
+from hf_vanilla.variants import rows_of
 from tests.factories import (
     FAMILIES,
     SCHEMES,

@@ -18,8 +18,8 @@ from transformers import initialization as init
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 import hf_vanilla as hv
-from hf_vanilla import modeling_vanilla, positional, support_matrix, variants
-from hf_vanilla.transformers_releases import rows_of
+from hf_vanilla import engines, modeling_vanilla, positional, support_matrix, variants
+from hf_vanilla.variants import rows_of
 from tests.factories import HEAD_FOR_FAMILY, config_for_row
 
 
@@ -178,7 +178,7 @@ def test_a_sequence_classifier_is_refused_in_our_words_when_an_engine_builds_it(
     config._attn_implementation = engine
     with pytest.raises(ValueError, match="cannot serve VanillaForSequenceClassification") as refused:
         hv.VanillaForSequenceClassification(config)
-    assert variants.VLLM_CLASSIFIER_REFUSAL in str(refused.value)
+    assert engines.VLLM_CLASSIFIER_REFUSAL in str(refused.value)
     hv.VanillaForSequenceClassification(config_for_row(variants.row("architecture", family), num_labels=3))
 
 
@@ -412,7 +412,7 @@ def test_rows_added_without_declarations_initialise_themselves_and_every_target_
     our words (never the native model's KeyError); a norm initialises itself whatever its class is called
     (transformers draws only norms named LayerNorm or RMSNorm)."""
     from hf_vanilla.convert import to_hf
-    from hf_vanilla.transformers_releases import vllm_refusals
+    from hf_vanilla.engines import vllm_refusals
 
     norm_class, _ = centred_norm_and_squareplus
     for row in (CENTRED_NORM, SQUAREPLUS):

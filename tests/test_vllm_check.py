@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hf_vanilla import VanillaConfig, VanillaForCausalLM, variants
+from hf_vanilla import VanillaConfig, VanillaForCausalLM, engines, variants
 from hf_vanilla.tools import vllm_bench, vllm_check
 from tests.factories import config_for_row
 
@@ -373,7 +373,7 @@ def declared_refusals() -> set[str]:
     """Every refusal the table declares, by the name ``rows`` gives it."""
     rows = {f"{row.option}={row.setting!r}" for row in variants.VARIANTS if row.vllm_refusal}
     pairs = {f"{row.option}={row.setting!r} with {other}" for row in variants.VARIANTS for other, _ in row.vllm_conflicts}
-    return rows | pairs | {head for head, why in variants.VLLM_HEAD_REFUSALS.items() if why}
+    return rows | pairs | {head for head, why in engines.VLLM_HEAD_REFUSALS.items() if why}
 
 
 def test_each_refusal_is_met_alone_in_some_model_and_no_model_meets_two():
@@ -388,8 +388,8 @@ def test_rows_expects_the_refusal_the_table_declares_and_service_otherwise(row_m
         refusals = case.refusals(TINY)
         if case.row is not None and case.row.attention_bias:  # refused as vLLM names its attention, before any module
             assert "attn_implementation='vllm' cannot be used with" in refusals[0].words, case.name
-        elif case.head in variants.VLLM_HEAD_REFUSALS:
-            assert refusals[0].words == variants.VLLM_HEAD_REFUSALS[case.head], case.name
+        elif case.head in engines.VLLM_HEAD_REFUSALS:
+            assert refusals[0].words == engines.VLLM_HEAD_REFUSALS[case.head], case.name
         elif case.row is not None and not case.row.served_by_vllm and (
                 case.kind is vllm_check.DECODER or not case.row.output_layer):
             assert refusals[0].words == case.row.vllm_refusal, case.name
@@ -471,7 +471,7 @@ def test_what_a_lifted_copy_shows_proves_the_refusal_needed_only_when_vllm_itsel
     vllm_failure = ("ValueError: There is no module or parameter named 'lm_head_transform' in "
                     "TransformersForCausalLM. The available parameters ...")
     assert vllm_check.lifted_outcome(vllm_failure, None) == vllm_check.FAILS
-    ours = f"ValueError: attn_implementation='vllm' is a serving engine's attention: {variants.VLLM_CLASSIFIER_REFUSAL}"
+    ours = f"ValueError: attn_implementation='vllm' is a serving engine's attention: {engines.VLLM_CLASSIFIER_REFUSAL}"
     assert vllm_check.lifted_outcome(ours, None) == vllm_check.NOT_PROVEN
     bias = vllm_check.refusals_of(vllm_check.row_config({**vllm_check.DECODER.base,
                                                          "position_embedding_type": "relative"}), "")[0].words

@@ -31,10 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HfVanillaError
+from ..presets import PRESETS, preset_fields
+from ..tasks import get_task
 from ..training.cli import HelpFormatter, add_dataclass_arguments
 from ..training.options import SIZE_PRESETS, TrainOptions, check_ranges, parse_config, parse_value
 from ..variants import NON_DEFAULT, rows, values
 from ..variants import options as table_options
+from .measures import OPTIONAL
+from .recipes import STUDIES
 
 #: Training settings ``--vary`` takes besides the table's options (fields of TrainOptions that leave the budget
 #: in tokens and the data the same).
@@ -137,7 +141,7 @@ def build_parser(prog: str = "hf-vanilla compare") -> argparse.ArgumentParser:
     own.add_argument("--tokens", type=int, default=None,
                      help="the training budget in tokens per run (instead of --max-steps): steps = tokens / "
                           "(batch size x block size x accumulation)")
-    own.add_argument("--measure", nargs="*", default=[], choices=sorted(_measures()),
+    own.add_argument("--measure", nargs="*", default=[], choices=sorted(OPTIONAL),
                      help="besides the held-out loss and perplexity: extrapolation (loss at 1x-4x the training "
                           "length), speed (training tokens per second)")
     own.add_argument("--name", default="compare", type=report_name,
@@ -154,7 +158,7 @@ def build_parser(prog: str = "hf-vanilla compare") -> argparse.ArgumentParser:
     own.add_argument("--threads", type=int, default=1, help="torch threads of each worker")
     own.add_argument("--estimate", action="store_true",
                      help="time a few steps of each variant, print the experiment's estimate, train nothing")
-    own.add_argument("--study", default=None, choices=sorted(_studies()),
+    own.add_argument("--study", default=None, choices=sorted(STUDIES),
                      help="a documented experiment (docs/compare.md): its flags, before the ones given here")
     train = parser.add_argument_group("the model, data and optimiser (hf-vanilla train's options)")
     add_dataclass_arguments(train, TrainOptions)
@@ -180,18 +184,6 @@ def report_name(text: str) -> str:
     return text
 
 
-def _measures() -> dict[str, str]:
-    from .measures import OPTIONAL
-
-    return OPTIONAL
-
-
-def _studies() -> dict[str, Any]:
-    from .recipes import STUDIES
-
-    return STUDIES
-
-
 def with_study(argv: list[str]) -> list[str]:
     """``--study NAME``'s flags put before the command's own: a flag given again wins (argparse keeps the last), and
     a ``--vary`` given replaces all the study's ``--vary``."""
@@ -199,10 +191,9 @@ def with_study(argv: list[str]) -> list[str]:
     parser.add_argument("--study", default=None)
     parser.add_argument("--vary", action="append", default=[])
     known, _ = parser.parse_known_args(argv)
-    studies = _studies()
-    if known.study is None or known.study not in studies:
+    if known.study is None or known.study not in STUDIES:
         return list(argv)  # an unknown name is refused by the full parser, naming the choices
-    flags = list(studies[known.study].argv)
+    flags = list(STUDIES[known.study].argv)
     if known.vary:
         flags = [flag for i, flag in enumerate(flags) if flag != "--vary" and (i == 0 or flags[i - 1] != "--vary")]
     return [*flags, *argv]
@@ -279,8 +270,6 @@ def absolute_data_file(entry: str) -> str:
 
 def budget(options: dict[str, Any], tokens: int | None, task: str) -> int:
     """Set ``options["max_steps"]`` from ``--tokens`` (or check ``--max-steps``); the tokens each run trains on."""
-    from ..tasks import get_task
-
     resolved = TrainOptions(**{**options, "max_steps": max(1, options["max_steps"])}).resolved(get_task(task))
     per_step = resolved.batch_size * resolved.block_size * resolved.gradient_accumulation_steps
     if tokens is not None and options["max_steps"] != -1:
@@ -326,8 +315,6 @@ def typed_value(option: str, text: str) -> Any:
 
 def base_config(folder: Path, task: str) -> dict[str, Any]:
     """A saved model's architecture (its config.json without vocabulary, token ids and bookkeeping)."""
-    from ..tasks import get_task
-
     try:
         saved = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
@@ -345,9 +332,8 @@ def base_config(folder: Path, task: str) -> dict[str, Any]:
 
 def variant_config(plan: Plan, setting: Setting) -> Any:
     """The VanillaConfig a variant's runs build (vocabulary as ``--vocab-size`` asks), checked by its rows."""
+    # the config class loads transformers and torch (seconds): only where a variant's config is built
     from ..configuration_vanilla import VanillaConfig
-    from ..presets import PRESETS, preset_fields
-    from ..tasks import get_task
 
     task, options = get_task(plan.task), plan.run_options(setting, 0)
     fields = {"architecture": task.family, "vocab_size": options["vocab_size"],

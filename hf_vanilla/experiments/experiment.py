@@ -17,10 +17,15 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from ..files.output_folder import ChangedFileError, OutputFolder
+from ..tasks import get_task
+from ..training.options import TrainOptions
+from . import report
 from .compare import CompareError, Plan, Setting, variant_config
 from .report import Files
-from .runner import FINAL, RunSpec, default_workers, run_all
+from .runner import FINAL, RunSpec, default_workers, recorded_outcome, run_all
 
 
 def files(plan: Plan) -> Files:
@@ -107,11 +112,10 @@ def describe(plan: Plan, workers: int, threads: int) -> str:
 def probe(plan: Plan, setting: Setting, threads: int, steps: int = 3) -> float:
     """Median seconds of one optimizer step of ``setting``'s model at the run's batch shape, on random tokens,
     with ``threads`` torch threads (what each worker has)."""
+    # torch and the model only to time a step of each variant: the parent process trains nothing
     import torch
 
     from .. import modeling_vanilla
-    from ..tasks import get_task
-    from ..training.options import TrainOptions
 
     task = get_task(plan.task)
     options = TrainOptions(**plan.run_options(setting, 0)).resolved(task)
@@ -148,8 +152,6 @@ def estimate(plan: Plan, workers: int, threads: int, runs: list[RunSpec]) -> dic
 def run_plan(plan: Plan, *, workers: int | None, threads: int, estimate_only: bool = False,
              time_limit_minutes: float | None = None, show_progress: bool = True) -> int:
     """Run the experiment (or only estimate it) and write its report; the exit status."""
-    from . import report
-
     workers = default_workers(threads=threads) if workers is None else workers
     runs, names = specs(plan), files(plan)
     if estimate_only:
@@ -186,8 +188,6 @@ def run_plan(plan: Plan, *, workers: int | None, threads: int, estimate_only: bo
 
 
 def _recorded(spec: RunSpec) -> bool:
-    from .runner import recorded_outcome
-
     return recorded_outcome(spec) is not None
 
 
@@ -201,8 +201,6 @@ def announcer(total: int, workers: int) -> Any:
     started, ended = time.time(), []
 
     def announce(spec: RunSpec, found: dict[str, Any]) -> None:
-        from tqdm.auto import tqdm
-
         text = f"{spec.name}: {found['status']}"
         if found.get("loss") is not None:
             text += f", held-out loss {found['loss']:.4f}"

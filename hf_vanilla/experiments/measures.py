@@ -13,6 +13,10 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import register
+from ..tasks import get_task
+from ..training.options import make_options
+
 if TYPE_CHECKING:  # imported where used: `hf-vanilla compare --help` reads OPTIONAL without loading torch
     import torch
 
@@ -48,6 +52,7 @@ def evaluation_curve(log_history: list[dict[str, Any]]) -> list[tuple[int, float
 
 def parameter_count(run_dir: Path) -> int:
     """The parameters stored in the run's final weights (a tied matrix once), read from the safetensors headers."""
+    # the measures run in the worker: compare imports this module for its names before anything loads torch
     from safetensors import safe_open
 
     from ..checkpoint import weight_files
@@ -63,6 +68,7 @@ def parameter_count(run_dir: Path) -> int:
 
 def speed(result: Any, run_dir: Path) -> dict[str, Any]:
     """Training throughput as the run timed it (metrics.json's timing)."""
+    # the measures run in the worker: compare imports this module for its names before anything loads torch
     from ..training.outputs import read_outputs
 
     timing = (read_outputs(run_dir) or {}).get("timing") or {}
@@ -72,11 +78,10 @@ def speed(result: Any, run_dir: Path) -> dict[str, Any]:
 def held_out_stream(task_name: str, tokenizer: Any, options: dict[str, Any], span: int) -> torch.Tensor:
     """The held-out split (test, else validation) as one token stream, as training joins it, cut to a whole number of
     ``span``-token windows and to at most about :data:`MAX_SCORED_TOKENS` tokens."""
+    # the measures run in the worker: compare imports this module for its names before anything loads torch
     import torch
     from datasets import DatasetDict
 
-    from ..tasks import get_task
-    from ..training.options import make_options
     from ..training.sources import load_task_data
 
     task = get_task(task_name)
@@ -91,6 +96,7 @@ def held_out_stream(task_name: str, tokenizer: Any, options: dict[str, Any], spa
 def loss_at(model: Any, stream: torch.Tensor, window: int, train_length: int, batch_tokens: int = 8192) -> float:
     """Mean loss over ``stream`` cut into non-overlapping ``window``-token windows, scoring only tokens whose offset
     is not a multiple of ``train_length`` (the same tokens at every window that is a multiple of it)."""
+    # the measures run in the worker: compare imports this module for its names before anything loads torch
     import torch
 
     with torch.no_grad():
@@ -98,6 +104,7 @@ def loss_at(model: Any, stream: torch.Tensor, window: int, train_length: int, ba
 
 
 def _mean_scored_loss(model: Any, stream: torch.Tensor, window: int, train_length: int, batch_tokens: int) -> float:
+    # the measures run in the worker: compare imports this module for its names before anything loads torch
     import torch
 
     batch = max(1, batch_tokens // window)
@@ -124,10 +131,9 @@ def extrapolation(task_name: str, run_dir: Path, options: dict[str, Any],
                   factors: tuple[int, ...] = LENGTH_FACTORS) -> dict[str, Any]:
     """Held-out loss of the run's final model at each factor of its training length (None beyond its position
     table), all lengths scoring the same tokens."""
+    # the measures run in the worker: compare imports this module for its names before anything loads torch
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from .. import register
 
     register()  # the Auto classes load the run's model (a worker process has not registered them yet)
     if task_name != "clm":

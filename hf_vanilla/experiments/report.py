@@ -20,7 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from .. import __version__
 from ..errors import HfVanillaError, sentence
+from ..files.atomic import atomic_write_text
+from ..publishing.public import without_local_paths
+from ..publishing.secrets import refuse_secrets
 from . import statistics as st
 from .measures import LENGTH_FACTORS
 
@@ -81,10 +85,9 @@ def metrics(measures: tuple[str, ...]) -> list[Metric]:
 
 def machine() -> dict[str, Any]:
     """Which code ran where: the commit (and whether the tree had changes), the versions, the machine, its load."""
+    # torch and transformers only to record their versions: the report's other work loads neither
     import torch
     import transformers
-
-    from .. import __version__
 
     repo = Path(__file__).resolve().parents[2]
 
@@ -293,8 +296,6 @@ def markdown(summary: dict[str, Any]) -> str:
 
 def card(summary: dict[str, Any], files: Files) -> str:
     """The report as a Hub dataset card, local paths reduced to base names."""
-    from ..publishing.public import without_local_paths
-
     header = "---\ntags:\n- hf-vanilla\n- ablation\n- hf-vanilla-compare\n---\n\n"
     return header + without_local_paths(markdown(summary)) + (
         f"\n![loss curves]({files.curves})\n" + (f"\n![extrapolation]({files.extrapolation})\n"
@@ -306,6 +307,7 @@ def card(summary: dict[str, Any], files: Files) -> str:
 
 
 def draw_curves(summary: dict[str, Any], path: Path) -> None:
+    # matplotlib (the [viz] extra) only when a picture is drawn
     from ..tools.viz import Picture, _new_figure
 
     figure = _new_figure(7, 4.5)
@@ -330,6 +332,7 @@ def _finish(ax: Any, xlabel: str, ylabel: str, title: str) -> None:
 
 
 def draw_extrapolation(summary: dict[str, Any], path: Path) -> None:
+    # matplotlib (the [viz] extra) only when a picture is drawn
     from ..tools.viz import Picture, _new_figure
 
     by_key = {metric["key"]: metric for metric in summary["metrics"]}
@@ -354,9 +357,6 @@ def draw_extrapolation(summary: dict[str, Any], path: Path) -> None:
 def write(folder: Any, summary: dict[str, Any], files: Files) -> list[str]:
     """The report into ``folder`` (an OutputFolder, locked): written in a work folder, the card scanned for secrets,
     then moved in and sealed through the folder's record."""
-    from ..files.atomic import atomic_write_text
-    from ..publishing.secrets import refuse_secrets
-
     work = folder.fresh(f"{files.stem}-report")
     readme = card(summary, files)
     atomic_write_text(work / files.markdown, markdown(summary))

@@ -15,9 +15,12 @@ folder's lock. One progress bar counts the optimizer steps of the whole experime
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import json
+import multiprocessing
 import os
+import queue
 import signal
 import sys
 import time
@@ -26,8 +29,11 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from ..errors import sentence
 from ..files.atomic import atomic_write_json
+from . import measures
 
 #: Outcomes that end a run for good (written beside its folder); any other is tried again by the next command.
 FINAL = ("completed", "diverged")
@@ -83,6 +89,7 @@ def start_worker(threads: int, progress: Any) -> None:
     global _progress
     _progress = progress
     os.environ["OMP_NUM_THREADS"] = str(threads)
+    # torch after OMP_NUM_THREADS is set: its thread pool reads the variable when it loads
     import torch
 
     torch.set_num_threads(threads)
@@ -92,8 +99,6 @@ def start_worker(threads: int, progress: Any) -> None:
 def _die_with_parent() -> None:
     """Linux: the kernel sends this worker SIGTERM when the experiment's process dies (killed or not)."""
     if sys.platform.startswith("linux"):
-        import ctypes
-
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
@@ -121,6 +126,7 @@ def output_to(path: Path) -> Iterator[None]:
 def step_reporter(name: str) -> Any:
     """A TrainerCallback that reports each optimizer step of run ``name`` to the experiment's progress bar, and
     keeps the logged losses (a diverged run's curve)."""
+    # transformers loads torch: in the worker that trains (the parent schedules runs without it)
     from transformers import TrainerCallback
 
     class StepReporter(TrainerCallback):
@@ -156,8 +162,8 @@ def execute(spec: RunSpec, deadline: float | None = None) -> dict[str, Any]:
 
 
 def _train_and_measure(spec: RunSpec, minutes_left: float | None) -> dict[str, Any]:
+    # the training stack loads in the worker that trains (the parent schedules runs without it)
     from ..training import TrainingDivergedError, train
-    from . import measures
 
     reporter = step_reporter(spec.name)
     options = dict(spec.options, resume=True if spec.run_dir.exists() else None, time_limit_minutes=minutes_left)
@@ -189,10 +195,6 @@ def run_all(specs: list[RunSpec], workers: int, threads: int, *, deadline: float
     torch threads each (0: in this process, one after another), a progress bar over all the experiment's optimizer
     steps. ``on_outcome`` hears each run
     that ends now."""
-    import multiprocessing
-
-    from tqdm.auto import tqdm
-
     outcomes = {spec.name: found for spec in specs if (found := recorded_outcome(spec)) is not None}
     todo = [spec for spec in specs if spec.name not in outcomes]
     reached = {spec.name: spec.steps for spec in specs if spec.name in outcomes}
@@ -233,8 +235,6 @@ def run_all(specs: list[RunSpec], workers: int, threads: int, *, deadline: float
 
 
 def _drain(progress: Any, reached: dict[str, int], bar: Any) -> None:
-    import queue
-
     while True:
         try:
             name, step = progress.get_nowait()

@@ -4,7 +4,7 @@
                                           [--device cpu|cuda] [--dtype float32|bfloat16] [--plan cpu|gpu]
                                           [--estimate] [--no-train] [--reanalyse RECORD [--add-runs FILE ...]]
 
-A plan (``SweepPlan``) names compute budgets C, counted as C = (6 N + 12 L d T) D (scripts/scaling_fits.py says
+A plan (``SweepPlan``) names compute budgets C, counted as C = (6 N + 12 L d T) D (scaling_fits.py says
 why), and a family of decoders (width d and depth round(d/20) grown together, 8-dimensional heads, d_ff = 4d).
 It is trained in two stages:
 
@@ -23,7 +23,8 @@ A seed sets the initialisation and the order in which a run reads the training b
 point resumes where it stopped; ``--workers`` trains that many runs at once (one thread each). ``--estimate``
 times a few steps of every width here and prints the plan's wall time; ``--tiny`` is the same plan at dry-run
 size (seconds: the test suite runs it); ``--reanalyse`` refits a committed record's runs with the current
-analysis (``--add-runs`` adds result files, e.g. more seeds). scripts/scaling.py is the command's door.
+analysis (``--add-runs`` adds result files, e.g. more seeds). scripts/experiments.py is the command's door:
+it calls :func:`sweep` and :func:`reanalyse`, which claim the output folder before anything trains.
 """
 
 from __future__ import annotations
@@ -42,8 +43,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from hf_vanilla.configuration_vanilla import VanillaConfig
+from hf_vanilla.experiments.experiment import claimed_outputs
+from hf_vanilla.experiments.report import machine
 from hf_vanilla.experiments.scaling_fits import BASES, HELD_OUT, REFERENCE_EXPONENTS, analyse
 from hf_vanilla.files.atomic import atomic_write_text
+from hf_vanilla.modeling_vanilla import VanillaForCausalLM
 
 HEAD_SIZE = 8  # hidden units per attention head
 DEPTH_RATIO = 20  # depth = round(width / DEPTH_RATIO): width and depth grow together
@@ -113,8 +118,6 @@ def depth_of(width: int) -> int:
 
 def model_config(width: int, vocab_size: int, block_size: int):
     """The family's decoder at ``width``: the clm task's pre-norm decoder, no dropout."""
-    from hf_vanilla.configuration_vanilla import VanillaConfig
-
     return VanillaConfig(architecture="decoder", norm_position="pre", vocab_size=vocab_size, hidden_size=width,
                          intermediate_size=4 * width, num_hidden_layers=depth_of(width),
                          num_attention_heads=max(1, width // HEAD_SIZE), hidden_dropout=0.0, attention_dropout=0.0,
@@ -122,8 +125,6 @@ def model_config(width: int, vocab_size: int, block_size: int):
 
 
 def build_model(width: int, plan: SweepPlan):
-    from hf_vanilla.modeling_vanilla import VanillaForCausalLM
-
     return VanillaForCausalLM(model_config(width, plan.vocab_size, plan.block_size))
 
 
@@ -278,6 +279,7 @@ def learning_rate_factor(step: int, steps: int, plan: SweepPlan) -> float:
 def english_corpora() -> dict[str, dict[str, list[str]]]:
     """Training and held-out documents of the three English corpora: Shakespeare's works, the KJV's books
     (English side, verses of a book joined), BBC News articles; held-out = their test works, books, articles."""
+    # the corpora need the [train] extra (datasets): only when the sweep reads its data
     from hf_vanilla.corpora import load_bbc_news, load_bible_pairs, load_shakespeare
 
     def books(split) -> list[str]:
@@ -321,6 +323,7 @@ def prepare_data(plan: SweepPlan, load_corpora: Callable[[], dict[str, dict[str,
     ``validation_windows`` evenly spaced ones out of training (the learning rate is chosen on them), and cut
     each held-out corpus into ``held_out_windows`` evenly spaced windows; save them (a resumed sweep loads
     them). Each run reads the training blocks in its seed's order (``run_order``)."""
+    # the corpora need the [train] extra (datasets): only when the sweep reads its data
     from hf_vanilla.corpora import train_tokenizer
 
     path = folder / "data.pt"
@@ -625,6 +628,7 @@ def scaling_table(record: dict[str, Any]) -> str:
 def plot_scaling(record: dict[str, Any], path: Path) -> None:
     """Three panels: the IsoFLOP curves (every run, the seed means, the parabolas); N_opt against C in both
     bases with their intervals; the frontier and its held-out predictions."""
+    # matplotlib (the [viz] extra) only when the figure is drawn
     from hf_vanilla.tools.viz import Picture, _new_figure
 
     analysis, runs = record["analysis"], record["runs"]
@@ -860,3 +864,32 @@ def write_outputs(record: dict[str, Any], figure: Path, table: Path, data: Path)
     plot_scaling(record, figure)
     atomic_write_text(table, scaling_table(record))
     atomic_write_text(data, json.dumps(record, indent=1) + "\n")
+
+
+def provenance() -> dict[str, Any]:
+    """The record of where the sweep ran, in the names its records have always used."""
+    here = machine()
+    return dict(here, dirty=here["uncommitted_changes"], load_average_at_start=here["load_average"])
+
+
+def sweep(out: Path, runs: Path, plan: SweepPlan, data_files: tuple[str, ...] = (), workers: int = 1,
+          device: str = "cpu", dtype: str = "float32", train: bool = True) -> dict[str, Any]:
+    """The whole experiment into ``out/scaling.{png,md,json}``, the folder claimed before anything trains."""
+    check_device(device, dtype)
+    with claimed_outputs(out, "scaling") as outputs:
+        record = measure_sweep(runs, plan, data_files, workers, device, dtype, train, provenance())
+        write_outputs(record, *outputs)
+    print(scaling_table(record))
+    print(f"scaling: {record['wall_time_s']} s; written to {out}/scaling.{{png,md,json}}")
+    return record
+
+
+def reanalyse(out: Path, record_path: Path, added: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """Refit a written record (and added result files) with this analysis into ``out/scaling.{png,md,json}``."""
+    record = json.loads(record_path.read_text(encoding="utf-8"))
+    runs = [json.loads(path.read_text(encoding="utf-8")) for path in added]
+    record = reanalysed(record, runs, provenance())
+    with claimed_outputs(out, "scaling") as outputs:
+        write_outputs(record, *outputs)
+    print(scaling_table(record))
+    return record

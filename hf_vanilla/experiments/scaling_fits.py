@@ -181,6 +181,7 @@ def fit_power_law(log_c: np.ndarray, log_y: np.ndarray, variance: np.ndarray, dr
 
 def ols_line(log_c: np.ndarray, log_y: np.ndarray) -> dict[str, Any]:
     """The ordinary least-squares slope through the points and its 95% t interval (None with two points)."""
+    # scipy loads in about a second: only where an interval or a curve is fitted
     from scipy.stats import t
 
     slope, intercept = np.polyfit(log_c, log_y, 1)
@@ -207,6 +208,7 @@ def fit_frontier(budgets: np.ndarray, losses: np.ndarray, start: dict[str, Any] 
         slope, intercept = np.polyfit(np.log(c), np.log(losses), 1)
         return dict(form="A (C/C0)^-alpha", E=0.0, A=float(math.exp(intercept)), alpha=float(-slope),
                     reference_budget=float(budgets[0]))
+    # scipy loads in about a second: only where an interval or a curve is fitted
     from scipy.optimize import curve_fit
 
     guess = (start["E"], start["A"], start["alpha"]) if start else (

@@ -90,7 +90,7 @@ KINDS = {"run": ("a training run", "hf-vanilla train"), "conversion": ("a conver
 
 #: The code files that travel with a model (:func:`hf_vanilla.checkpoint.code_files`; tests/test_train.py keeps
 #: the two equal: this layer cannot import the model).
-CODE_FILE = r"(configuration_vanilla|modeling_vanilla|positional|transformers_releases|variants)\.py"
+CODE_FILE = r"(configuration_vanilla|engines|modeling_vanilla|positional|rules|transformers_releases|variants)\.py"
 
 #: The names each kind of folder's writers put at its top: a recorded name outside its kind's is not one
 #: hf_vanilla wrote. A run: the model (save_pretrained's files, the tokenizer's, the code), the run files, the

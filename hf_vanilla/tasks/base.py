@@ -9,13 +9,48 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 if TYPE_CHECKING:
     from datasets import Dataset, DatasetDict
     from transformers import PreTrainedTokenizerBase, Trainer
 
-    from ..training.options import TrainOptions
+#: How text files are cut into rows, and the tokenizers a task trains (the choices of ``--sample-by``, ``--tokenizer``).
+SampleBy = Literal["line", "paragraph", "document"]
+TokenizerKind = Literal["bpe", "wordpiece"]
+
+
+class TaskOptions(Protocol):
+    """What a task reads of a run's options: the training layer's ``TrainOptions`` has each of them, with this type
+    (tests/test_layers.py holds the two equal), resolved before a task sees them (its defaults filled in). Declared
+    here, where the tasks are, so that tasks need nothing of the training layer above them."""
+
+    # the data
+    dataset: str | None
+    data_files: list[str]
+    text_column: str
+    label_column: str
+    source_column: str
+    target_column: str
+    sample_by: SampleBy | None
+    max_train_samples: int | None
+    max_eval_samples: int | None
+    max_test_samples: int | None
+    # the tokenizer and sequence lengths
+    tokenizer: TokenizerKind | None
+    vocab_size: int
+    lowercase: bool
+    block_size: int
+    max_source_length: int
+    max_target_length: int
+    max_length: int
+    mlm_probability: float
+    seed: int
+    # generation and samples
+    num_beams: int
+    max_new_tokens: int
+    num_samples: int
+    prompts: list[str]
 
 
 @dataclass
@@ -48,38 +83,38 @@ class Task:
     selection_metric: ClassVar[tuple[str, bool]] = ("loss", False)
 
     # -- data
-    def default_corpus(self, opts: TrainOptions) -> tuple[DatasetDict, dict[str, Any]]:
+    def default_corpus(self, opts: TaskOptions) -> tuple[DatasetDict, dict[str, Any]]:
         """The raw splits of the task's default corpus and a description for run.json and the card."""
         raise NotImplementedError
 
-    def local_sample_by(self, opts: TrainOptions) -> str:
+    def local_sample_by(self, opts: TaskOptions) -> str:
         """How local text files are cut into rows (paragraphs, so validation can be cut from one file)."""
         return opts.sample_by or "paragraph"
 
-    def text_columns(self, opts: TrainOptions) -> list[str]:
+    def text_columns(self, opts: TaskOptions) -> list[str]:
         """The columns that hold the task's texts (local files must have strings there)."""
         return [opts.text_column]
 
-    def normalise(self, dsd: DatasetDict, opts: TrainOptions) -> DatasetDict:
+    def normalise(self, dsd: DatasetDict, opts: TaskOptions) -> DatasetDict:
         """The task's standard columns (``text``; ``text`` + ``label``; ``source`` + ``target``)."""
         raise NotImplementedError
 
-    def example_unit(self, opts: TrainOptions) -> str:
+    def example_unit(self, opts: TaskOptions) -> str:
         raise NotImplementedError
 
-    def tokens_per_example(self, opts: TrainOptions) -> int | None:
+    def tokens_per_example(self, opts: TaskOptions) -> int | None:
         """Tokens in every training example, when that is fixed (for the tokens/s figure)."""
         return None
 
     # -- tokenizer and preprocessing
-    def build_tokenizer(self, train_split: Dataset, opts: TrainOptions) -> PreTrainedTokenizerBase:
+    def build_tokenizer(self, train_split: Dataset, opts: TaskOptions) -> PreTrainedTokenizerBase:
         """Train the tokenizer on the training split only (no held-out text leaks into it)."""
         raise NotImplementedError
 
-    def max_positions(self, opts: TrainOptions) -> int:
+    def max_positions(self, opts: TaskOptions) -> int:
         raise NotImplementedError
 
-    def tokenize(self, dsd: DatasetDict, tokenizer: PreTrainedTokenizerBase, opts: TrainOptions) -> DatasetDict:
+    def tokenize(self, dsd: DatasetDict, tokenizer: PreTrainedTokenizerBase, opts: TaskOptions) -> DatasetDict:
         raise NotImplementedError
 
     # -- model
@@ -87,28 +122,28 @@ class Task:
         """VanillaConfig fields this task needs beyond size and vocabulary (labels, pooling, ...)."""
         return {}
 
-    def set_generation_defaults(self, model: Any, tokenizer: PreTrainedTokenizerBase, opts: TrainOptions) -> None:
+    def set_generation_defaults(self, model: Any, tokenizer: PreTrainedTokenizerBase, opts: TaskOptions) -> None:
         """Generation settings saved with the model (what pipelines and the Hub widget use)."""
 
     # -- training
-    def collator(self, tokenizer: PreTrainedTokenizerBase, model: Any, opts: TrainOptions) -> Any:
+    def collator(self, tokenizer: PreTrainedTokenizerBase, model: Any, opts: TaskOptions) -> Any:
         raise NotImplementedError
 
     def metric_functions(self, tokenizer: PreTrainedTokenizerBase) -> tuple[Any, Any]:
         """``(preprocess_logits_for_metrics, compute_metrics)`` for the Trainer's evaluations."""
         return None, None
 
-    def evaluation_arguments(self, opts: TrainOptions) -> dict[str, Any]:
+    def evaluation_arguments(self, opts: TaskOptions) -> dict[str, Any]:
         """Extra ``Seq2SeqTrainingArguments`` of the periodic evaluations (generation settings)."""
         return {}
 
     def evaluate(self, trainer: Trainer, data: DatasetDict, tokenizer: PreTrainedTokenizerBase,
-                 opts: TrainOptions) -> Evaluation:
+                 opts: TaskOptions) -> Evaluation:
         """Final metrics on validation and test, and the baseline scored on the same data."""
         raise NotImplementedError
 
     def samples(self, model: Any, tokenizer: PreTrainedTokenizerBase, raw: DatasetDict, data: DatasetDict,
-                evaluation: Evaluation, opts: TrainOptions) -> list[dict[str, Any]]:
+                evaluation: Evaluation, opts: TaskOptions) -> list[dict[str, Any]]:
         """A few outputs to look at (generations, fill-ins, translations, predicted labels)."""
         return []
 
@@ -143,7 +178,7 @@ def need_columns(dsd: DatasetDict, columns: Sequence[str]) -> None:
                              "ones with --text-column / --label-column / --source-column / --target-column.")
 
 
-def limit_samples(data: DatasetDict, opts: TrainOptions) -> DatasetDict:
+def limit_samples(data: DatasetDict, opts: TaskOptions) -> DatasetDict:
     """Apply ``--max-train-samples`` / ``--max-eval-samples`` / ``--max-test-samples``."""
     limits = {"train": opts.max_train_samples, "validation": opts.max_eval_samples, "test": opts.max_test_samples}
     for split, limit in limits.items():

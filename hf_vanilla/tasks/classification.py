@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from .base import Evaluation, Task, evaluate_splits, final_split, limit_samples, need_columns
+from .base import Evaluation, Task, TaskOptions, evaluate_splits, final_split, limit_samples, need_columns
 from .markdown import plain
+from .metrics import classification_metrics, macro_f1
 
 if TYPE_CHECKING:
     from datasets import Dataset, DatasetDict
     from transformers import PreTrainedTokenizerBase, Trainer
-
-    from ..training.options import TrainOptions
 
 
 class Classification(Task):
@@ -25,7 +24,8 @@ class Classification(Task):
     defaults = dict(tokenizer="wordpiece", learning_rate=3e-4, batch_size=16, recipe="default")
     card_metrics = (("accuracy", "accuracy", "Accuracy"), ("macro_f1", "f1", "Macro-F1"))
 
-    def default_corpus(self, opts: TrainOptions) -> tuple[DatasetDict, dict[str, Any]]:
+    def default_corpus(self, opts: TaskOptions) -> tuple[DatasetDict, dict[str, Any]]:
+        # the corpora need the [train] extra: loaded when a run fetches data, not when a task is named
         from ..corpora import CORPORA, load_bbc_news
 
         spec = CORPORA["bbc-news"]
@@ -33,8 +33,9 @@ class Classification(Task):
             source="hf_vanilla.corpora", name="bbc-news", corpus=spec.description, license=spec.license,
             split_note="stratified by class, 10% validation and 10% test, by a seeded hash of each article id")
 
-    def normalise(self, dsd: DatasetDict, opts: TrainOptions) -> DatasetDict:
+    def normalise(self, dsd: DatasetDict, opts: TaskOptions) -> DatasetDict:
         """``text`` + a ``ClassLabel`` ``label`` whose classes are the training split's."""
+        # datasets ([train] extra) takes seconds to load: only when a run prepares data (start-up time)
         from datasets import ClassLabel, DatasetDict
 
         need_columns(dsd, [opts.text_column, opts.label_column])
@@ -59,20 +60,22 @@ class Classification(Task):
             out[split] = ds.cast_column("label", ClassLabel(names=names))
         return DatasetDict(out)
 
-    def example_unit(self, opts: TrainOptions) -> str:
+    def example_unit(self, opts: TaskOptions) -> str:
         return "articles"
 
-    def build_tokenizer(self, train_split: Dataset, opts: TrainOptions) -> PreTrainedTokenizerBase:
+    def build_tokenizer(self, train_split: Dataset, opts: TaskOptions) -> PreTrainedTokenizerBase:
+        # the corpora need the [train] extra: loaded when a run fetches data, not when a task is named
         from ..corpora import iter_texts, train_tokenizer
 
         return train_tokenizer(iter_texts(train_split, ("text",)), kind=opts.tokenizer,  # type: ignore[arg-type]
                                vocab_size=opts.vocab_size, lowercase=opts.lowercase, add_eos=opts.tokenizer == "bpe",
                                model_max_length=self.max_positions(opts))
 
-    def max_positions(self, opts: TrainOptions) -> int:
+    def max_positions(self, opts: TaskOptions) -> int:
         return opts.max_length
 
-    def tokenize(self, dsd: DatasetDict, tokenizer: PreTrainedTokenizerBase, opts: TrainOptions) -> DatasetDict:
+    def tokenize(self, dsd: DatasetDict, tokenizer: PreTrainedTokenizerBase, opts: TaskOptions) -> DatasetDict:
+        # datasets ([train] extra) takes seconds to load: only when a run prepares data (start-up time)
         from datasets import DatasetDict
 
         def encode(batch: dict[str, list]) -> dict[str, list]:
@@ -91,23 +94,20 @@ class Classification(Task):
             fields["classifier_pooling"] = "mean"  # no [CLS] token to pool (a BPE tokenizer)
         return fields
 
-    def collator(self, tokenizer: PreTrainedTokenizerBase, model: Any, opts: TrainOptions) -> Any:
+    def collator(self, tokenizer: PreTrainedTokenizerBase, model: Any, opts: TaskOptions) -> Any:
+        # transformers' collators load torch: only when a run trains (start-up time)
         from transformers import DataCollatorWithPadding
 
         return DataCollatorWithPadding(tokenizer)
 
     def metric_functions(self, tokenizer: PreTrainedTokenizerBase) -> tuple[Any, Any]:
-        from .metrics import classification_metrics
-
         def predicted_class(logits, labels):
             return (logits[0] if isinstance(logits, tuple) else logits).argmax(-1)
 
         return predicted_class, classification_metrics
 
     def evaluate(self, trainer: Trainer, data: DatasetDict, tokenizer: PreTrainedTokenizerBase,
-                 opts: TrainOptions) -> Evaluation:
-        from .metrics import macro_f1
-
+                 opts: TaskOptions) -> Evaluation:
         test_name = final_split(data)
         metrics = {"test_split": test_name, **evaluate_splits(trainer, data, ("validation", test_name))}
         majority = Counter(data["train"]["label"]).most_common(1)[0][0]
@@ -118,7 +118,8 @@ class Classification(Task):
         return Evaluation(metrics, baseline)
 
     def samples(self, model: Any, tokenizer: PreTrainedTokenizerBase, raw: DatasetDict, data: DatasetDict,
-                evaluation: Evaluation, opts: TrainOptions) -> list[dict[str, Any]]:
+                evaluation: Evaluation, opts: TaskOptions) -> list[dict[str, Any]]:
+        # torch only when a run draws samples (start-up time: naming a task loads no model)
         import torch
 
         split = final_split(data)

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .base import Evaluation, final_split
+from .base import Evaluation, TaskOptions, final_split
 from .language_model import LanguageModelTask
 from .markdown import code_block, code_span
 
 if TYPE_CHECKING:
     from datasets import Dataset, DatasetDict
     from transformers import PreTrainedTokenizerBase
-
-    from ..training.options import TrainOptions
 
 #: Prompts for samples of a model trained on the default Shakespeare corpus (Macbeth is a held-out
 #: test work, so its names test generalisation, not recall).
@@ -32,10 +30,11 @@ class CausalLM(LanguageModelTask):
     card_metrics = (("perplexity", "perplexity", "Perplexity"), ("accuracy", "accuracy", "Next-token accuracy"))
     shift, join_with_eos, shakespeare_sample_by = True, True, "document"
 
-    def build_tokenizer(self, train_split: Dataset, opts: TrainOptions) -> PreTrainedTokenizerBase:
+    def build_tokenizer(self, train_split: Dataset, opts: TaskOptions) -> PreTrainedTokenizerBase:
         """Byte-level BPE without automatic special tokens (documents are joined with ``</s>`` when
         tokenising, and prompts must not end in ``</s>``); left padding for batched generation,
         passed to the constructor so that it is saved with the tokenizer."""
+        # the corpora need the [train] extra: loaded when a run fetches data, not when a task is named
         from ..corpora import iter_texts, train_tokenizer
 
         return train_tokenizer(iter_texts(train_split, ("text",)), kind=opts.tokenizer,  # type: ignore[arg-type]
@@ -45,18 +44,19 @@ class CausalLM(LanguageModelTask):
     def block_columns(self, blocks: list[list[int]]) -> dict[str, list]:
         return {**super().block_columns(blocks), "labels": [list(b) for b in blocks]}
 
-    def set_generation_defaults(self, model: Any, tokenizer: PreTrainedTokenizerBase, opts: TrainOptions) -> None:
+    def set_generation_defaults(self, model: Any, tokenizer: PreTrainedTokenizerBase, opts: TaskOptions) -> None:
         gc = model.generation_config
         gc.pad_token_id, gc.eos_token_id, gc.bos_token_id = (tokenizer.pad_token_id, model.config.eos_token_id,
                                                              model.config.bos_token_id)
         gc.do_sample, gc.top_k, gc.temperature, gc.max_new_tokens = True, 50, 0.8, opts.max_new_tokens
 
-    def collator(self, tokenizer: PreTrainedTokenizerBase, model: Any, opts: TrainOptions) -> Any:
+    def collator(self, tokenizer: PreTrainedTokenizerBase, model: Any, opts: TaskOptions) -> Any:
+        # transformers' collators load torch: only when a run trains (start-up time)
         from transformers import default_data_collator
 
         return default_data_collator
 
-    def prompts(self, raw: DatasetDict, opts: TrainOptions) -> list[str]:
+    def prompts(self, raw: DatasetDict, opts: TaskOptions) -> list[str]:
         """The user's prompts; else Shakespeare's for the default corpus; else the test texts' openings."""
         if opts.prompts:
             return list(opts.prompts)
@@ -65,9 +65,10 @@ class CausalLM(LanguageModelTask):
         return [" ".join(t.split()[:6]) for t in raw[final_split(raw)]["text"][: opts.num_samples]]
 
     def samples(self, model: Any, tokenizer: PreTrainedTokenizerBase, raw: DatasetDict, data: DatasetDict,
-                evaluation: Evaluation, opts: TrainOptions) -> list[dict[str, Any]]:
+                evaluation: Evaluation, opts: TaskOptions) -> list[dict[str, Any]]:
         """A sampled and a greedy continuation per prompt; prompt i samples with seed ``seed + i``, so the
         samples differ because the prompts do, not because of one shared random stream."""
+        # torch only when a run draws samples (start-up time: naming a task loads no model)
         import torch
 
         samples = []

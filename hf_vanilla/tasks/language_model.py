@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .base import Evaluation, Task, evaluate_splits, final_split, limit_samples, need_columns
+from .base import Evaluation, Task, TaskOptions, evaluate_splits, final_split, limit_samples, need_columns
+from .metrics import lm_metrics, token_stats, unigram_counts, unigram_perplexity
 
 if TYPE_CHECKING:
     from datasets import DatasetDict
     from transformers import PreTrainedTokenizerBase, Trainer
-
-    from ..training.options import TrainOptions
 
 
 class LanguageModelTask(Task):
@@ -19,7 +18,8 @@ class LanguageModelTask(Task):
     join_with_eos: bool  # documents joined by </s> (clm); [CLS]/[SEP] are already there (mlm)
     shakespeare_sample_by: str  # rows of Shakespeare: whole works (clm), speeches/stanzas (mlm)
 
-    def default_corpus(self, opts: TrainOptions) -> tuple[DatasetDict, dict[str, Any]]:
+    def default_corpus(self, opts: TaskOptions) -> tuple[DatasetDict, dict[str, Any]]:
+        # the corpora need the [train] extra: loaded when a run fetches data, not when a task is named
         from ..corpora import CORPORA, SHAKESPEARE_TEST_WORKS, SHAKESPEARE_VALIDATION_WORKS, load_shakespeare
 
         sample_by = opts.sample_by or self.shakespeare_sample_by
@@ -30,7 +30,8 @@ class LanguageModelTask(Task):
             split_note=(f"whole works held out: validation = {', '.join(SHAKESPEARE_VALIDATION_WORKS)}; "
                         f"test = {', '.join(SHAKESPEARE_TEST_WORKS)}"))
 
-    def normalise(self, dsd: DatasetDict, opts: TrainOptions) -> DatasetDict:
+    def normalise(self, dsd: DatasetDict, opts: TaskOptions) -> DatasetDict:
+        # datasets ([train] extra) takes seconds to load: only when a run prepares data (start-up time)
         from datasets import DatasetDict
 
         need_columns(dsd, [opts.text_column])
@@ -41,17 +42,18 @@ class LanguageModelTask(Task):
             out[split] = ds.select_columns(["text"]).filter(lambda t: bool(t and t.strip()), input_columns="text")
         return DatasetDict(out)
 
-    def example_unit(self, opts: TrainOptions) -> str:
+    def example_unit(self, opts: TaskOptions) -> str:
         return f"blocks of {opts.block_size} tokens"
 
-    def tokens_per_example(self, opts: TrainOptions) -> int | None:
+    def tokens_per_example(self, opts: TaskOptions) -> int | None:
         return opts.block_size
 
-    def max_positions(self, opts: TrainOptions) -> int:
+    def max_positions(self, opts: TaskOptions) -> int:
         return opts.block_size
 
-    def tokenize(self, dsd: DatasetDict, tokenizer: PreTrainedTokenizerBase, opts: TrainOptions) -> DatasetDict:
+    def tokenize(self, dsd: DatasetDict, tokenizer: PreTrainedTokenizerBase, opts: TaskOptions) -> DatasetDict:
         """Concatenate each batch of texts and cut fixed blocks: no padding, every position a real token."""
+        # datasets ([train] extra) takes seconds to load: only when a run prepares data (start-up time)
         from datasets import DatasetDict
 
         block, eos = opts.block_size, tokenizer.eos_token_id if self.join_with_eos else None
@@ -77,13 +79,11 @@ class LanguageModelTask(Task):
         return {"input_ids": blocks, "attention_mask": [[1] * len(b) for b in blocks]}
 
     def metric_functions(self, tokenizer: PreTrainedTokenizerBase) -> tuple[Any, Any]:
-        from .metrics import lm_metrics, token_stats
-
         shift = self.shift
         return (lambda logits, labels: token_stats(logits, labels, shift=shift)), lm_metrics
 
     def evaluate(self, trainer: Trainer, data: DatasetDict, tokenizer: PreTrainedTokenizerBase,
-                 opts: TrainOptions) -> Evaluation:
+                 opts: TaskOptions) -> Evaluation:
         test_name = final_split(data)
         splits = ("validation", test_name)
         metrics = {"test_split": test_name, **evaluate_splits(trainer, data, splits)}
@@ -91,8 +91,6 @@ class LanguageModelTask(Task):
 
     def unigram_baseline(self, data: DatasetDict, tokenizer: PreTrainedTokenizerBase, splits) -> dict[str, Any]:
         """An add-one unigram trained on the training split, scored on the tokens the model predicts."""
-        from .metrics import unigram_counts, unigram_perplexity
-
         counts = unigram_counts(data["train"], len(tokenizer))
         for special in self.unscored_tokens(tokenizer):
             counts[special] = 0

@@ -19,6 +19,7 @@ def token_stats(logits: torch.Tensor | tuple[torch.Tensor, ...], labels: torch.T
     Used as ``preprocess_logits_for_metrics`` so the evaluation keeps 3 numbers per example instead of
     the (batch, length, vocab) logits, and the perplexity is exact (token-weighted) over the split.
     """
+    # torch only where metrics are computed (start-up time: a task is named without it)
     import torch
 
     if isinstance(logits, (tuple, list)):
@@ -36,6 +37,7 @@ def token_stats(logits: torch.Tensor | tuple[torch.Tensor, ...], labels: torch.T
 
 def lm_metrics(eval_pred: EvalPrediction) -> dict[str, float]:
     """Perplexity and token accuracy from :func:`token_stats` rows."""
+    # numpy only where metrics are computed (start-up time: a task is named without it)
     import numpy as np
 
     stats = np.asarray(eval_pred.predictions, dtype=np.float64).reshape(-1, 3)
@@ -47,6 +49,7 @@ def lm_metrics(eval_pred: EvalPrediction) -> dict[str, float]:
 
 def classification_metrics(eval_pred: EvalPrediction) -> dict[str, float]:
     """Accuracy and macro-F1 (mean F1 over the classes present in the gold labels or predictions)."""
+    # numpy only where metrics are computed (start-up time: a task is named without it)
     import numpy as np
 
     preds = np.asarray(eval_pred.predictions).reshape(-1)
@@ -69,6 +72,7 @@ def macro_f1(gold: Sequence[int], pred: Sequence[int]) -> float:
 
 def unigram_counts(ds: Dataset, vocab_size: int) -> list[int]:
     """Token counts over a tokenised split's ``input_ids`` (the unigram model's training data)."""
+    # numpy only where metrics are computed (start-up time: a task is named without it)
     import numpy as np
 
     counts = np.zeros(vocab_size, dtype=np.int64)

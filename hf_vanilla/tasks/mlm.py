@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .base import Evaluation, final_split
+from .base import Evaluation, TaskOptions, final_split
 from .language_model import LanguageModelTask
 from .markdown import code_span
 
 if TYPE_CHECKING:
     from datasets import Dataset, DatasetDict
     from transformers import PreTrainedTokenizerBase
-
-    from ..training.options import TrainOptions
 
 
 class MaskedLM(LanguageModelTask):
@@ -27,15 +25,16 @@ class MaskedLM(LanguageModelTask):
                     ("accuracy", "accuracy", "Masked-token accuracy"))
     shift, join_with_eos, shakespeare_sample_by = False, False, "paragraph"
 
-    def build_tokenizer(self, train_split: Dataset, opts: TrainOptions) -> PreTrainedTokenizerBase:
+    def build_tokenizer(self, train_split: Dataset, opts: TaskOptions) -> PreTrainedTokenizerBase:
         """WordPiece with ``[CLS] ... [SEP]`` (or BPE with ``</s>`` after each text)."""
+        # the corpora need the [train] extra: loaded when a run fetches data, not when a task is named
         from ..corpora import iter_texts, train_tokenizer
 
         return train_tokenizer(iter_texts(train_split, ("text",)), kind=opts.tokenizer,  # type: ignore[arg-type]
                                vocab_size=opts.vocab_size, lowercase=opts.lowercase, add_eos=opts.tokenizer == "bpe",
                                model_max_length=self.max_positions(opts))
 
-    def tokenize(self, dsd: DatasetDict, tokenizer: PreTrainedTokenizerBase, opts: TrainOptions) -> DatasetDict:
+    def tokenize(self, dsd: DatasetDict, tokenizer: PreTrainedTokenizerBase, opts: TaskOptions) -> DatasetDict:
         """Blocks, with the evaluation splits masked once (fixed, seeded masks, so every evaluation of a
         run, and of every run with that seed, scores the same positions)."""
         data = super().tokenize(dsd, tokenizer, opts)
@@ -44,15 +43,16 @@ class MaskedLM(LanguageModelTask):
                 data[split] = premask(data[split], tokenizer, opts.mlm_probability, opts.seed + 1)
         return data
 
-    def collator(self, tokenizer: PreTrainedTokenizerBase, model: Any, opts: TrainOptions) -> Any:
+    def collator(self, tokenizer: PreTrainedTokenizerBase, model: Any, opts: TaskOptions) -> Any:
         return MLMCollator(tokenizer, opts.mlm_probability)
 
     def unscored_tokens(self, tokenizer: PreTrainedTokenizerBase) -> list[int]:
         return list(tokenizer.all_special_ids)  # [CLS]/[SEP] are never masked
 
     def samples(self, model: Any, tokenizer: PreTrainedTokenizerBase, raw: DatasetDict, data: DatasetDict,
-                evaluation: Evaluation, opts: TrainOptions) -> list[dict[str, Any]]:
+                evaluation: Evaluation, opts: TaskOptions) -> list[dict[str, Any]]:
         """The model's top 5 for the first masked positions of a few test blocks."""
+        # torch only when a run draws samples (start-up time: naming a task loads no model)
         import torch
 
         split = data[final_split(data)]
@@ -83,6 +83,7 @@ class MLMCollator:
     """Random masking for training batches; evaluation batches arrive pre-masked (:func:`premask`)."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, mlm_probability: float, seed: int | None = None) -> None:
+        # transformers' collators load torch: only when a run trains (start-up time)
         from transformers import DataCollatorForLanguageModeling, default_data_collator
 
         # seed=None: masking draws from torch's global RNG, which Trainer checkpoints restore, so a
@@ -98,6 +99,7 @@ class MLMCollator:
 
 def premask(ds: Dataset, tokenizer: PreTrainedTokenizerBase, mlm_probability: float, seed: int) -> Dataset:
     """Mask an evaluation split once, reproducibly (``input_ids`` + ``labels`` columns)."""
+    # transformers' collators load torch: only when a run trains (start-up time)
     from transformers import DataCollatorForLanguageModeling
 
     masker = DataCollatorForLanguageModeling(tokenizer, mlm_probability=mlm_probability, seed=seed,

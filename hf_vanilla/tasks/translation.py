@@ -5,14 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .base import Evaluation, Task, evaluate_splits, final_split, limit_samples, need_columns
+from .base import Evaluation, Task, TaskOptions, evaluate_splits, final_split, limit_samples, need_columns
 from .markdown import plain
 
 if TYPE_CHECKING:
     from datasets import Dataset, DatasetDict
     from transformers import PreTrainedTokenizerBase, Trainer
-
-    from ..training.options import TrainOptions
 
 
 class Translation(Task):
@@ -27,7 +25,8 @@ class Translation(Task):
     seq2seq = True
     selection_metric = ("bleu", True)
 
-    def default_corpus(self, opts: TrainOptions) -> tuple[DatasetDict, dict[str, Any]]:
+    def default_corpus(self, opts: TaskOptions) -> tuple[DatasetDict, dict[str, Any]]:
+        # the corpora need the [train] extra: loaded when a run fetches data, not when a task is named
         from ..corpora import BIBLE_TEST_BOOKS, BIBLE_VALIDATION_BOOKS, CORPORA, load_bible_pairs
 
         spec = CORPORA["bible-en-es"]
@@ -36,10 +35,11 @@ class Translation(Task):
             split_note=(f"whole books held out: validation = {', '.join(BIBLE_VALIDATION_BOOKS)}; "
                         f"test = {', '.join(BIBLE_TEST_BOOKS)}"))
 
-    def text_columns(self, opts: TrainOptions) -> list[str]:
+    def text_columns(self, opts: TaskOptions) -> list[str]:
         return [opts.source_column, opts.target_column]
 
-    def normalise(self, dsd: DatasetDict, opts: TrainOptions) -> DatasetDict:
+    def normalise(self, dsd: DatasetDict, opts: TaskOptions) -> DatasetDict:
+        # datasets ([train] extra) takes seconds to load: only when a run prepares data (start-up time)
         from datasets import DatasetDict
 
         need_columns(dsd, [opts.source_column, opts.target_column])
@@ -50,22 +50,24 @@ class Translation(Task):
             for split, ds in dsd.items()
         })
 
-    def example_unit(self, opts: TrainOptions) -> str:
+    def example_unit(self, opts: TaskOptions) -> str:
         return "sentence pairs"
 
-    def build_tokenizer(self, train_split: Dataset, opts: TrainOptions) -> PreTrainedTokenizerBase:
+    def build_tokenizer(self, train_split: Dataset, opts: TaskOptions) -> PreTrainedTokenizerBase:
         """One tokenizer over both languages (the paper's shared vocabulary), ``</s>`` after each sentence."""
+        # the corpora need the [train] extra: loaded when a run fetches data, not when a task is named
         from ..corpora import iter_texts, train_tokenizer
 
         return train_tokenizer(iter_texts(train_split, ("source", "target")), kind=opts.tokenizer,  # type: ignore[arg-type]
                                vocab_size=opts.vocab_size, lowercase=opts.lowercase, add_eos=True,
                                model_max_length=self.max_positions(opts))
 
-    def max_positions(self, opts: TrainOptions) -> int:
+    def max_positions(self, opts: TaskOptions) -> int:
         return max(opts.max_source_length, opts.max_target_length)
 
-    def tokenize(self, dsd: DatasetDict, tokenizer: PreTrainedTokenizerBase, opts: TrainOptions) -> DatasetDict:
+    def tokenize(self, dsd: DatasetDict, tokenizer: PreTrainedTokenizerBase, opts: TaskOptions) -> DatasetDict:
         """Token pairs; the text columns stay (BLEU and the samples need them; the Trainer drops them)."""
+        # datasets ([train] extra) takes seconds to load: only when a run prepares data (start-up time)
         from datasets import DatasetDict
 
         def encode(batch: dict[str, list]) -> dict[str, list]:
@@ -83,7 +85,7 @@ class Translation(Task):
         bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id
         return {"decoder_start_token_id": bos}
 
-    def set_generation_defaults(self, model: Any, tokenizer: PreTrainedTokenizerBase, opts: TrainOptions) -> None:
+    def set_generation_defaults(self, model: Any, tokenizer: PreTrainedTokenizerBase, opts: TaskOptions) -> None:
         """Beam 4 and length penalty 0.6 as in the paper (GNMT's penalty; transformers' differs slightly).
         Only ``max_new_tokens`` bounds the length: setting ``max_length`` too warns on every generate."""
         gc = model.generation_config
@@ -94,13 +96,14 @@ class Translation(Task):
         if opts.num_beams > 1:  # beam-only settings; transformers refuses to save them for greedy decoding
             gc.length_penalty, gc.early_stopping = 0.6, True
 
-    def collator(self, tokenizer: PreTrainedTokenizerBase, model: Any, opts: TrainOptions) -> Any:
+    def collator(self, tokenizer: PreTrainedTokenizerBase, model: Any, opts: TaskOptions) -> Any:
+        # transformers' collators load torch: only when a run trains (start-up time)
         from transformers import DataCollatorForSeq2Seq
 
         return DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
 
     def evaluate(self, trainer: Trainer, data: DatasetDict, tokenizer: PreTrainedTokenizerBase,
-                 opts: TrainOptions) -> Evaluation:
+                 opts: TaskOptions) -> Evaluation:
         test_name = final_split(data)
         scores, translations = self.translate(trainer, data[test_name], tokenizer, test_name, opts)
         metrics = {"test_split": test_name, **scores, **evaluate_splits(trainer, data, ("validation",))}
@@ -109,7 +112,7 @@ class Translation(Task):
         return Evaluation(metrics, baseline, translations)
 
     def translate(self, trainer: Trainer, ds: Dataset, tokenizer: PreTrainedTokenizerBase, split: str,
-                  opts: TrainOptions) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                  opts: TaskOptions) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """BLEU and chrF (sacrebleu) of beam-search translations, and the translations themselves."""
         out = trainer.predict(ds, metric_key_prefix=split, num_beams=opts.num_beams,
                               max_new_tokens=opts.max_target_length)
@@ -133,12 +136,12 @@ class Translation(Task):
 
         return None, compute_metrics
 
-    def evaluation_arguments(self, opts: TrainOptions) -> dict[str, Any]:
+    def evaluation_arguments(self, opts: TaskOptions) -> dict[str, Any]:
         # Greedy, not the final beam search: a curve point costs a few seconds, not minutes.
         return {"predict_with_generate": True, "generation_num_beams": 1}
 
     def samples(self, model: Any, tokenizer: PreTrainedTokenizerBase, raw: DatasetDict, data: DatasetDict,
-                evaluation: Evaluation, opts: TrainOptions) -> list[dict[str, Any]]:
+                evaluation: Evaluation, opts: TaskOptions) -> list[dict[str, Any]]:
         return evaluation.outputs[: opts.num_samples]
 
     def sample_markdown(self, sample: dict[str, Any]) -> str:
@@ -167,6 +170,7 @@ class Translation(Task):
 
 def decode_predictions(ids: Any, tokenizer: PreTrainedTokenizerBase) -> list[str]:
     """Token ids as the Trainer gathers them (-100 where it padded) -> stripped texts."""
+    # numpy only where metrics are computed (start-up time: a task is named without it)
     import numpy as np
 
     ids = np.where(np.asarray(ids) == -100, tokenizer.pad_token_id, ids)
@@ -177,6 +181,7 @@ def translation_scores(hyps: list[str], refs: list[str], split: str | None,
                        signatures: bool = False) -> dict[str, Any]:
     """sacrebleu's corpus BLEU and chrF as ``{split}_bleu`` / ``{split}_chrf`` (bare names for ``split=None``,
     which the Trainer prefixes itself), with sacrebleu's signatures when asked."""
+    # sacrebleu ([train] extra) only where translations are scored (start-up time)
     import sacrebleu
 
     prefix = f"{split}_" if split else ""

@@ -4,9 +4,11 @@ Each layer may import only itself and the layers it ``uses`` (and what those use
 way, down. tests/test_layers.py reads every import of every module (module level, inside functions, and under
 ``if TYPE_CHECKING:``: a typing-only import is still a dependency a reader follows, and hides a circle as well as a
 runtime one), and checks that the graph has no cycle, that every module belongs to a layer, and that no arrow goes
-up, apart from the typing-only arrows :data:`PENDING` names with the move that removes each. A function-level
-import says why in a comment (a heavy optional dependency, start-up time). ``python -m hf_vanilla.tools.layers``
-writes docs/architecture.md, which the test keeps equal to what this module generates.
+up; the scripts (the doors in scripts/, which import each other by name) join the graph for the cycle check. A
+function-level import, in the package or a script, says why in a comment (a heavy optional dependency, start-up
+time).
+``python -m hf_vanilla.tools.layers`` writes docs/architecture.md, which the test keeps equal to what this module
+generates.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 
 PACKAGE = "hf_vanilla"
 SOURCE = Path(__file__).resolve().parents[1]  # the package folder
+SCRIPTS = SOURCE.parent / "scripts"  # the doors of a checkout: each runs by path, with its folder on sys.path
 
 
 @dataclass(frozen=True)
@@ -35,8 +38,8 @@ class Layer:
 
 #: The layers, lowest first. Names are module paths relative to the package ("" is the package itself).
 LAYERS: dict[str, Layer] = {
-    "model": Layer(("configuration_vanilla", "modeling_vanilla", "positional", "variants", "transformers_releases"), (),
-                   None,
+    "model": Layer(("configuration_vanilla", "modeling_vanilla", "positional", "variants", "rules", "engines",
+                    "transformers_releases"), (), None,
                    "the travelling files: saved with every checkpoint, they import only torch, transformers and "
                    "each other"),
     "files": Layer(("files", "errors", "arguments"), (), None, "atomic files and folders, the output folder's record "
@@ -67,7 +70,8 @@ LAYERS: dict[str, Layer] = {
 WHERE_A_CHANGE_GOES: tuple[tuple[str, str], ...] = (
     ("a new norm, activation or positional scheme", "a row in `variants.py`, a class in `modeling_vanilla.py` "
      "(norm, activation) or `positional.py` (scheme): see below"),
-    ("a config field, its default or its check", "`configuration_vanilla.py`; the rules over the rows in `variants.py`"),
+    ("a config field, its default or its check", "`configuration_vanilla.py`; the rules over the rows in `rules.py`"),
+    ("what vLLM or an attention function may serve", "`engines.py` (the rows' own refusals: `variants.py`)"),
     ("attention, the block, a stack, a task head", "`modeling_vanilla.py` (read top to bottom: norms, attention, "
      "block, stacks, the bare model, heads)"),
     ("a difference between transformers releases", "`transformers_releases.py`"),
@@ -80,21 +84,6 @@ WHERE_A_CHANGE_GOES: tuple[tuple[str, str], ...] = (
     ("cards and pushes to the Hub", "`publishing/`"),
     ("file writes, the output folder's record and lock", "`files/`"),
 )
-
-#: Typing-only arrows (imports under ``if TYPE_CHECKING:``) that close a circle or point up a layer, each with the
-#: move that removes it. The checks allow these and no other; an arrow that runs is never allowed.
-PENDING: dict[tuple[str, str], str] = {
-    ("hf_vanilla.transformers_releases", "hf_vanilla.configuration_vanilla"):
-        "the engine refusals annotate VanillaConfig: they move to a file named for engines (issue 52, item 1)",
-    **{(f"hf_vanilla.tasks.{name}", "hf_vanilla.training.options"):
-       "tasks annotate TrainOptions: the options a task reads move down into the tasks layer (issue 52, item 7)"
-       for name in ("base", "classification", "clm", "language_model", "mlm", "translation")},
-}
-
-#: Packages whose function-level imports do not all say why yet (issue 52, item 7: their owners add the reasons).
-UNEXPLAINED_IMPORTS_PENDING = ("hf_vanilla.tasks", "hf_vanilla.training", "hf_vanilla.experiments",
-                               "hf_vanilla.tools.vllm_check", "hf_vanilla.tools.vllm_worker",
-                               "hf_vanilla.tools.vllm_bench")
 
 #: What a new value of a structural option costs, shown by tests that add one the way a contributor would.
 NEW_VALUE_COST = """## What a new norm, activation or positional scheme costs
@@ -233,9 +222,26 @@ def graph() -> dict[str, frozenset[str]]:
     return {name: frozenset(imports_of(name, path, set(found))) for name, path in found.items()}
 
 
-def checked_graph() -> dict[str, frozenset[str]]:
-    """The import graph less the :data:`PENDING` arrows: what the checks hold to no circle and no arrow up."""
-    return {module: targets - {b for a, b in PENDING if a == module} for module, targets in graph().items()}
+def script_modules() -> dict[str, Path]:
+    """Every script of scripts/ (``scripts.name`` -> file): its folder's own modules, importable by name."""
+    return {f"scripts.{path.stem}": path for path in sorted(SCRIPTS.glob("*.py"))}
+
+
+def script_graph() -> dict[str, frozenset[str]]:
+    """Script -> the scripts (imported by name) and the package modules it imports, wherever the import stands."""
+    package = set(modules())
+    scripts = script_modules()
+    found = {}
+    for name, path in scripts.items():
+        named = set()
+        for node, _, _ in _walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                named |= {alias.name.partition(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                named.add(node.module.partition(".")[0])
+        siblings = {f"scripts.{stem}" for stem in named} & set(scripts) - {name}
+        found[name] = frozenset(siblings | imports_of(name, path, package))
+    return found
 
 
 def cycles(edges: dict[str, frozenset[str]]) -> list[list[str]]:
@@ -298,9 +304,10 @@ def page() -> str:
         "## Layers, lowest first",
         "",
         "A layer imports only the layers below it. The checks count every import (module level, inside functions and",
-        "typing-only ones under `if TYPE_CHECKING:`) and hold the graph to no circle and no arrow up. A function-level",
-        "import says in a comment why it waits (a heavy optional dependency, start-up time). `pip install hf_vanilla`",
-        "installs the base; a layer with an extra fails on entry in one line naming it (`hf_vanilla/extras.py`).",
+        "typing-only ones under `if TYPE_CHECKING:`) and hold the graph to no circle (the scripts in `scripts/`",
+        "included) and no arrow up. A function-level import, in the package or a script, says in a comment why it",
+        "waits (a heavy optional dependency, start-up time). `pip install hf_vanilla` installs the base; a layer with",
+        "an extra fails on entry in one line naming it (`hf_vanilla/extras.py`).",
         "",
         "| layer | modules | may import | extra | what it is |",
         "|---|---|---|---|---|",
@@ -310,9 +317,6 @@ def page() -> str:
         uses = ", ".join(sorted(below(name), key=list(LAYERS).index)) or "-"
         extra = f"`[{layer.extra}]`" if layer.extra else "base"
         lines.append(f"| {name} | {members} | {uses} | {extra} | {layer.role} |")
-    if PENDING:
-        lines += ["", "Typing-only arrows still to remove (allowed by the checks until then):", ""]
-        lines += [f"- `{_short(a)}` -> `{_short(b)}`: {why}" for (a, b), why in sorted(PENDING.items())]
     lines += ["", *NEW_VALUE_COST.splitlines()]
     return "\n".join(lines) + "\n"
 

@@ -36,6 +36,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from hf_vanilla import VanillaConfig, VanillaForCausalLM, register
+from hf_vanilla.convert import to_hf
+
+from .bench import alternate, generation
 from .vllm_check import (
     CheckResult,
     Shape,
@@ -82,10 +88,7 @@ RATIOS = (  # (numerator, denominator): what each ratio tells
 
 def build_pair(shape: Shape, folder: Path, seed: int = 0) -> dict[str, Path]:
     """An hf_vanilla decoder in Llama's shape and its Llama (identical weights), saved with their code."""
-    import torch
 
-    from hf_vanilla import VanillaConfig, VanillaForCausalLM, register
-    from hf_vanilla.convert import to_hf
 
     register()  # save_pretrained then copies the model files and writes auto_map
     torch.manual_seed(seed)
@@ -148,15 +151,11 @@ SPIN_SECONDS = 1.5
 
 
 def time_engines(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
-    from hf_vanilla.tools.bench import alternate
-
     return alternate(runs, repeats, warmup=1, pause=SPIN_SECONDS)
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    import torch
 
-    from hf_vanilla.tools.bench import generation
 
     shape = Shape()
     out = Path(args.out or tempfile.mkdtemp(prefix="vllm-bench-"))

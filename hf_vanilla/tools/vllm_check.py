@@ -35,16 +35,28 @@ import argparse
 import json
 import math
 import os
+import random
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import AutoModel, AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast
+
+import hf_vanilla
+from hf_vanilla import VanillaConfig, register, variants
+from hf_vanilla.engines import VLLM_HEAD_REFUSALS, bias_refusal, vllm_refusals, vllm_refused_rows
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: scripts/vllm_env.sh and the default venv's place
 DEFAULT_VENV = ROOT / ".venv-vllm"
@@ -84,8 +96,6 @@ def refusal(config: dict[str, Any]) -> str | None:
     """Why vLLM's Transformers backend cannot serve the model of this config.json, or None."""
     if config.get("model_type") != "vanilla":
         return None  # a native transformers model: vLLM decides
-    from hf_vanilla.configuration_vanilla import VanillaConfig  # the table of variants decides
-    from hf_vanilla.transformers_releases import vllm_refusals
 
     refusals = vllm_refusals(VanillaConfig.from_dict(config))
     if refusals:
@@ -142,7 +152,6 @@ class Completion:
 
 def make_prompts(lengths: Sequence[int], vocab: int, seed: int = 0) -> list[list[int]]:
     """Random token ids >= 3 (clear of the usual special tokens), one prompt per length, the same every run."""
-    import random
 
     generator = random.Random(seed)
     return [[generator.randrange(3, vocab) for _ in range(length)] for length in lengths]
@@ -251,8 +260,6 @@ def compare_embeddings(reference: Sequence[Sequence[float]], candidate: Sequence
 
 def load_transformers(folder: Path, attn: str = "sdpa"):
     """The saved model through its own code (``trust_remote_code``), as the folder's users load it."""
-    import torch
-    from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True, dtype=torch.float32,
                                                  attn_implementation=attn)
@@ -266,8 +273,6 @@ def transformers_completions(model, prompts: Sequence[Sequence[int]], new_tokens
     The model's own generation config is replaced by plain greedy decoding without EOS, as vLLM is asked for
     (``ignore_eos=True``): ``generate()`` fills every setting a config passed to it leaves None from the model's,
     so the folder's ``eos_token_id`` would otherwise end a prompt early."""
-    import torch
-    from transformers import GenerationConfig
 
     model.generation_config = GenerationConfig(max_new_tokens=new_tokens, do_sample=False, eos_token_id=None,
                                                pad_token_id=0, use_cache=True)
@@ -298,8 +303,6 @@ POOLED_TOKEN = {"CLS": 0, "LAST": -1}
 def transformers_embeddings(folder: Path, prompts: Sequence[Sequence[int]], attn: str = "sdpa",
                             pooling: str = "CLS") -> list[list[float]]:
     """The bare model's final hidden state at the pooled token (vLLM's ``pooling``), one prompt at a time."""
-    import torch
-    from transformers import AutoModel
 
     model = AutoModel.from_pretrained(folder, trust_remote_code=True, dtype=torch.float32,
                                       attn_implementation=attn).eval()
@@ -566,7 +569,6 @@ _ENCODER_BASE = dict(architecture="encoder", position_embedding_type="learned", 
 
 def _bert_head() -> dict[str, Any]:
     """The output layer every BERT preset builds (dense + GELU + norm transform, biased, tied), from the preset."""
-    from hf_vanilla import VanillaConfig, variants
 
     bert = VanillaConfig.from_preset("bert-base")
     return {row.option: getattr(bert, row.option) for row in variants.VARIANTS if row.output_layer}
@@ -586,7 +588,6 @@ def kinds() -> list[Kind]:
     """Every class a user saves, in each family vLLM may build (the architecture rows' heads, read from the table):
     the three above, and each other class's default model. The encoder-decoder's classes are refused with their
     family (the decoder's architecture row shows it, saved by VanillaForSeq2SeqLM)."""
-    from hf_vanilla import variants
 
     masked_lm = Kind("masked-LM", "VanillaForMaskedLM", {**_ENCODER_BASE, **_bert_head()},
                      lambda row: row.output_layer)
@@ -639,12 +640,10 @@ VLLM_ATTENTION = "vllm"
 def refusals_of(config: Any, head: str, implementation: str = VLLM_ATTENTION) -> list[Refusal]:
     """Every refusal of the table this model meets when an engine builds it, first raised first: the class that
     saved it, then its rows and combinations (a bias scheme's as its attention rule says it)."""
-    from hf_vanilla import variants
-    from hf_vanilla.transformers_releases import bias_refusal, vllm_refused_rows
 
     found = []
-    if variants.VLLM_HEAD_REFUSALS.get(head):
-        found.append(Refusal(head, variants.VLLM_HEAD_REFUSALS[head], (("variants.py", LIFT_HEAD.format(head=head)),)))
+    if VLLM_HEAD_REFUSALS.get(head):
+        found.append(Refusal(head, VLLM_HEAD_REFUSALS[head], (("engines.py", LIFT_HEAD.format(head=head)),)))
     for row, other, why in vllm_refused_rows(config):
         name, value = f"{row.option}={row.setting!r}", repr(row.value)
         if other:
@@ -652,7 +651,7 @@ def refusals_of(config: Any, head: str, implementation: str = VLLM_ATTENTION) ->
             found.append(Refusal(f"{name} with {other}", why, lift))
         elif row.attention_bias:
             lift = (("variants.py", LIFT_ROW.format(option=row.option, value=value)),
-                    ("transformers_releases.py", LIFT_BIAS))
+                    ("engines.py", LIFT_BIAS))
             found.insert(0, Refusal(name, bias_refusal(row.value, implementation), lift))  # the config refuses first
         else:
             found.append(Refusal(name, why, (("variants.py", LIFT_ROW.format(option=row.option, value=value)),)))
@@ -661,11 +660,10 @@ def refusals_of(config: Any, head: str, implementation: str = VLLM_ATTENTION) ->
 
 def our_refusal_in(text: str) -> bool:
     """Whether a load failed with a refusal of ours (any the table declares, or the bias rule's), not vLLM's own."""
-    from hf_vanilla import variants
 
     sentences = [row.vllm_refusal for row in variants.VARIANTS if row.vllm_refusal]
     sentences += [why for row in variants.VARIANTS for _, why in row.vllm_conflicts]
-    sentences += [why for why in variants.VLLM_HEAD_REFUSALS.values() if why]
+    sentences += [why for why in VLLM_HEAD_REFUSALS.values() if why]
     return "takes no additive attention bias" in text or any(sentence in text for sentence in sentences)
 
 
@@ -697,7 +695,6 @@ class Case:
 
 def default_fields(kind: Kind) -> dict[str, Any]:
     """Every option of the table at the kind's value (the config's default where the kind sets none)."""
-    from hf_vanilla import VanillaConfig, variants
 
     defaults = VanillaConfig.__dataclass_fields__
     return {option: kind.base.get(option, defaults[option].default) for option in variants.options()}
@@ -705,7 +702,6 @@ def default_fields(kind: Kind) -> dict[str, Any]:
 
 def row_config(fields: dict[str, Any], shape: Shape = ROWS_SHAPE):
     """The VanillaConfig of a row's model: the rows' shape with the case's fields."""
-    from hf_vanilla import VanillaConfig
 
     return VanillaConfig(**{**dict(
         vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.ffn, num_hidden_layers=2,
@@ -717,8 +713,6 @@ def alternate(kind: Kind, shape: Shape = ROWS_SHAPE) -> dict[str, Any]:
     """The kind's other default: each option at its first other value that vLLM serves alongside the rest, so a
     row whose value is the kind's default is shown in a model that differs from the default model. Values compare
     as the config resolves them in ``shape`` (final_norm follows the norm's place, num_key_value_heads the heads)."""
-    from hf_vanilla import variants
-    from hf_vanilla.transformers_releases import vllm_refusals
 
     fields = default_fields(kind)
     default_model = row_config({**kind.base, **fields}, shape)
@@ -736,7 +730,6 @@ def alternate(kind: Kind, shape: Shape = ROWS_SHAPE) -> dict[str, Any]:
 
 def kind_cases(kind: Kind, shape: Shape) -> list[Case]:
     """The kind's default model, and one model per row it shows."""
-    from hf_vanilla import variants
 
     base = {**kind.base, **default_fields(kind)}
     if kind.shows is _no_rows:
@@ -770,10 +763,7 @@ def cases(shape: Shape = ROWS_SHAPE) -> list[Case]:
 def build_case(case: Case, folder: Path, shape: Shape, seed: int = 0) -> Path:
     """The case's model at ``shape``, random weights, saved with its code by the case's class (and, where vLLM
     may pool it, a tokenizer over the whole vocabulary: vLLM's pooling front end loads it)."""
-    import torch
 
-    import hf_vanilla
-    from hf_vanilla import register
 
     register()  # save_pretrained then copies the model files and writes auto_map
     torch.manual_seed(seed)
@@ -791,8 +781,6 @@ def build_case(case: Case, folder: Path, shape: Shape, seed: int = 0) -> Path:
 
 def save_word_tokenizer(folder: Path, vocab: int) -> None:
     """A word-level tokenizer with one word per id, so every token id the check sends is in its vocabulary."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     words = {"<pad>": 0, "<s>": 1, "</s>": 2} | {f"w{i}": i for i in range(3, vocab)}
     tokenizer = Tokenizer(models.WordLevel(words, unk_token="<pad>"))
@@ -803,7 +791,6 @@ def save_word_tokenizer(folder: Path, vocab: int) -> None:
 
 def lifted_copy(folder: Path, refusal: Refusal) -> Path:
     """A copy of the folder with this refusal, and no other, lifted in its travelling files."""
-    import shutil
 
     copy = folder.with_name(folder.name + "-lifted")
     shutil.rmtree(copy, ignore_errors=True)
@@ -1007,8 +994,6 @@ class Server:
     """``vllm serve FOLDER`` on 127.0.0.1 in a session of its own, ended with everything it started."""
 
     def __init__(self, python: Path, folder: Path, config: dict[str, Any], args: argparse.Namespace, log_path: Path):
-        import socket
-
         with socket.socket() as probe:  # a free port, chosen by the system
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
@@ -1027,7 +1012,6 @@ class Server:
 
     def wait_ready(self, timeout: float) -> float:
         """Seconds until ``/health`` answers 200; the server's log if it exits or the time runs out first."""
-        import urllib.request
 
         start = time.perf_counter()
         while time.perf_counter() - start < timeout:
@@ -1046,7 +1030,6 @@ class Server:
 
     def completions(self, folder: Path, prompts: Sequence[Sequence[int]], max_tokens: int) -> list[Completion]:
         """One /v1/completions request for all the prompts, greedy, with every prompt and new token's logprob."""
-        import urllib.request
 
         body = {"model": str(folder), "prompt": [list(p) for p in prompts], "max_tokens": max_tokens,
                 "temperature": 0.0, "ignore_eos": True, "logprobs": 1, "prompt_logprobs": 1,
@@ -1130,8 +1113,6 @@ def write_json(path: Path, payload: Any) -> None:
 
 
 def set_threads(threads: int) -> None:
-    import torch
-
     torch.set_num_threads(threads)
 
 

@@ -35,6 +35,7 @@ class VllmWorker:
     def load(self, name: str, folder: str, impl: str, max_model_len: int, kv_cache_bytes: int,
              profile_dir: str | None = None, enforce_eager: bool = False, runner: str = "generate",
              pooling: str = "CLS") -> dict[str, Any]:
+        # loaded once worker_main has sent stdout to stderr: vLLM's logging would mix with the answers
         import torch
         import transformers
         import vllm
@@ -55,6 +56,7 @@ class VllmWorker:
                 "transformers": transformers.__version__}
 
     def versions(self) -> dict[str, Any]:
+        # loaded once worker_main has sent stdout to stderr: vLLM's logging would mix with the answers
         import torch
         import transformers
         import vllm
@@ -63,6 +65,7 @@ class VllmWorker:
 
     def generate(self, name: str, prompts: list[list[int]], max_tokens: int, logprobs: bool = False,
                  together: bool = True, profile: bool = False) -> dict[str, Any]:
+        # loaded once worker_main has sent stdout to stderr: vLLM's logging would mix with the answers
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -83,6 +86,7 @@ class VllmWorker:
         return {"seconds": seconds, "completions": [_completion_of(output, logprobs) for output in outputs]}
 
     def embed(self, name: str, prompts: list[list[int]], together: bool = True) -> dict[str, Any]:
+        # loaded once worker_main has sent stdout to stderr: vLLM's logging would mix with the answers
         from vllm.inputs import TokensPrompt
 
         engine = self.engines[name]

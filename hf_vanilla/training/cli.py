@@ -22,9 +22,12 @@ from typing import Any, Literal
 
 from ..arguments import OneSentenceParser
 from ..errors import HfVanillaError, refuse
+from ..files.output_folder import FolderBusyError
 from ..publishing.unfinished import resume_command
 from ..tasks import TASKS, get_task
 from .options import TrainOptions, check_ranges
+from .preflight import check_before_loading
+from .rundir import RunDirectoryBusyError
 
 DESCRIPTION = ("Train an hf_vanilla model with transformers' Trainer; run it under `accelerate launch` for DDP / "
                "FSDP / DeepSpeed. Writes the model, tokenizer, metrics, curves and a model card into --output-dir.")
@@ -143,18 +146,15 @@ def run_command(argv: list[str], before_run: Callable[[], None] | None = None) -
     """``hf-vanilla train ARGS``: exit status 0 when done, 2 on a clear error (one sentence), 130 after Ctrl-C.
     ``before_run`` runs once the arguments parsed (the ``hf-vanilla`` command registers the Auto classes)."""
     where, options = parse(argv)
-    from ..files.output_folder import FolderBusyError
-    from .preflight import check_before_loading
-
     try:  # what the folder and the arguments alone refuse, before torch loads
         check_before_loading(get_task(where.task), Path(where.output_dir), options.resolved(get_task(where.task)))
     except (HfVanillaError, FolderBusyError, FileExistsError, FileNotFoundError, ValueError) as error:
         return refuse("train", error)
     if before_run is not None:
         before_run()
+    # datasets, torch and transformers load once the arguments and the folder pass (start-up time of the refusals)
     from ..corpora import CorpusUnavailableError
     from .run import TrainingDivergedError, TrainingInterruptedError, train
-    from .rundir import RunDirectoryBusyError
 
     # Under a launcher (torchrun, accelerate launch) the command that continues the run is the launcher's, not ours.
     command = None if "LOCAL_RANK" in os.environ else resume_command("hf-vanilla train", argv)
@@ -167,6 +167,7 @@ def run_command(argv: list[str], before_run: Callable[[], None] | None = None) -
     except (HfVanillaError, CorpusUnavailableError, TrainingDivergedError, RunDirectoryBusyError, ValueError,
             OSError) as error:
         return refuse("train", error)
+    # accelerate and the outputs load torch: only once the run is over (start-up time of the refusals)
     from accelerate import PartialState
 
     from .outputs import stop_line

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..checkpoint import code_files
 from ..files.output_folder import RECORD
+from ..publishing.hub import CARD_FILE, RUN_FILES
 
 
 @dataclass(frozen=True)
@@ -36,9 +38,6 @@ RUN_FILE_ROLES = {
 
 def run_folder() -> list[Entry]:
     """Everything at the top of the folder of a finished ``hf-vanilla train`` run, in the order the docs list it."""
-    from ..checkpoint import code_files
-    from ..publishing.hub import CARD_FILE, RUN_FILES
-
     return [
         Entry(("model.safetensors", "config.json", "generation_config.json"), "the model (auto_map names its code)",
               True),

@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import HfVanillaError
+from ..presets import PRESETS
+from ..sizing import check_fits
+from ..tasks.base import SampleBy, TokenizerKind
 
 if TYPE_CHECKING:
     from ..tasks import Task
@@ -72,7 +75,7 @@ class TrainOptions:
     label_column: str = field(default="label", metadata=_opt("label column (classification)"))
     source_column: str = field(default="en", metadata=_opt("source-language column (translation)"))
     target_column: str = field(default="es", metadata=_opt("target-language column (translation)"))
-    sample_by: Literal["line", "paragraph", "document"] | None = field(default=None, metadata=_opt(
+    sample_by: SampleBy | None = field(default=None, metadata=_opt(
         "rows of text files (unset: whole works for clm on Shakespeare, paragraphs otherwise)"))
     validation_fraction: float = field(default=0.1, metadata=_opt(
         "fraction of train held out for validation when the data has no validation split"))
@@ -80,7 +83,7 @@ class TrainOptions:
     max_eval_samples: int | None = field(default=None, metadata=_opt("use at most this many validation examples"))
     max_test_samples: int | None = field(default=None, metadata=_opt("use at most this many test examples"))
     # -- tokenizer and sequence lengths
-    tokenizer: Literal["bpe", "wordpiece"] | None = field(default=None, metadata=_opt(
+    tokenizer: TokenizerKind | None = field(default=None, metadata=_opt(
         "tokenizer trained on the training split (unset: bpe for clm and translation, wordpiece otherwise)"))
     vocab_size: int = field(default=8000, metadata=_opt("tokenizer vocabulary size"))
     lowercase: bool = field(default=False, metadata=_opt("lowercase the text before tokenising"))
@@ -247,8 +250,6 @@ def flag(name: str) -> str:
 def check_model_size(opts: TrainOptions, task: Task) -> None:
     """The model the options describe (the preset, or ``--init-from``'s config.json, under ``--config``) must fit
     this machine's memory (:func:`hf_vanilla.sizing.check_fits`), refused before anything is loaded or allocated."""
-    from ..sizing import check_fits
-
     overrides = f" with --config {' '.join(f'{k}={v}' for k, v in opts.config.items())}" if opts.config else ""
     if opts.init_from:
         try:
@@ -266,8 +267,6 @@ def check_model_size(opts: TrainOptions, task: Task) -> None:
 def preset_model_fields(opts: TrainOptions, task: Task) -> dict[str, Any]:
     """The VanillaConfig fields of the model ``--preset``, ``--vocab-size`` and ``--config`` describe for ``task``
     (``opts`` resolved), before any data or tokenizer exists: what its size and speed follow from."""
-    from ..presets import PRESETS
-
     preset = SIZE_PRESETS.get(opts.preset) or PRESETS.get(opts.preset)
     if preset is None:
         raise ValueError(f"--preset {opts.preset!r} is no size: choose {', '.join(SIZE_PRESETS)} or a VanillaConfig "
@@ -305,6 +304,7 @@ def check_init_from(init_from: str | None) -> None:
 
 def looks_like_repo_id(text: str) -> bool:
     """NAME or OWNER/NAME as the Hub spells them, and nothing a path would start with."""
+    # huggingface_hub takes a fraction of a second to load: only to tell a Hub id from a path (start-up time)
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     if text.startswith((".", "/", "~")) or "\\" in text:

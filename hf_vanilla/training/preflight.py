@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..files.output_folder import OutputFolder
 from ..publishing.unfinished import recorded_resume_command
+from ..tasks import get_task
 from . import rundir
-from .options import check_init_from, flag
+from .options import check_init_from, check_ranges, flag, options_from_record
 
 if TYPE_CHECKING:
     from ..tasks import Task
@@ -88,9 +89,6 @@ def check_data_files(entries: Sequence[str]) -> None:
 def recorded_options(run_dir: Path, eval_batch_size: int | None = None) -> tuple[Task, TrainOptions]:
     """The task and the resolved options a run's run.json records (``eval_batch_size`` over its own), checked as a
     schema and against their ranges: what ``hf-vanilla evaluate`` refuses before anything loads."""
-    from ..tasks import get_task
-    from .options import check_ranges, options_from_record
-
     if not (run_dir / rundir.RUN_RECORD).is_file():
         raise FileNotFoundError(f"{run_dir} has no {rundir.RUN_RECORD}: evaluate needs a folder written by "
                                 "`hf-vanilla train`")

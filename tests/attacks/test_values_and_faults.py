@@ -19,7 +19,7 @@ from hf_vanilla import variants
 from hf_vanilla.checkpoint import load_complete
 from hf_vanilla.convert import convert_checkpoint
 from hf_vanilla.files.atomic import save_pretrained_atomic
-from hf_vanilla.variants import activation_condition, field_is_active
+from hf_vanilla.rules import activation_condition, field_is_active
 from tests.factories import (
     BACKENDS,
     FAMILIES,
