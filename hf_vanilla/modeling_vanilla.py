@@ -201,7 +201,8 @@ class FusedTanhGELU(RowActivation):
 
     def __init__(self, config: VanillaConfig):
         super().__init__()
-        self.native = ACT2FN[config.hidden_act]
+        # The module's function, not a child module: parameter-free, and building and loading walk every module.
+        self.native = ACT2FN[config.hidden_act].forward
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         if hidden_states.dtype == torch.float32:
@@ -443,32 +444,27 @@ class VanillaCrossAttention(VanillaAttention):
 
 
 # ----------------------------------------------------------------------------------------------
-# The block: self-attention, (cross-attention,) feed-forward, each wrapped in a residual step
+# The block: self-attention, (cross-attention,) feed-forward, each inside a residual connection with its norm
 
 
-class ResidualStep(nn.Module):
-    """The residual connection and norm around one sub-layer, applied by :meth:`around`.
+#: Checkpoint names of folders saved before the block held its norms itself (one ``ResidualStep`` module a sub-layer
+#: held each): read by ``from_pretrained`` through transformers' weight renaming, never written.
+LEGACY_KEY_NAMES = {
+    r"\.self_attn_step\.norm\.": ".self_attn_norm.",
+    r"\.cross_attn_step\.norm\.": ".cross_attn_norm.",
+    r"\.mlp_step\.norm\.": ".mlp_norm.",
+}
 
-    post-norm (the paper): x = Norm(x + Dropout(f(x)));  pre-norm: x = x + Dropout(f(Norm(x))).
 
-    A container of the norm (its parameters keep their checkpoint names), applied by a plain method rather than a module call: at a batch-1
-    decoding step, mostly Python, two or three module calls more per layer are measurable (docs/performance.md).
-    """
-
-    def __init__(self, config: VanillaConfig):
-        super().__init__()
-        self.pre_norm = config.norm_position == "pre"
-        self.norm = build_norm(config)
-        self.hidden_dropout = config.hidden_dropout
-
-    def around(self, hidden_states: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-        if self.pre_norm:
-            return hidden_states + active_dropout(sublayer(self.norm(hidden_states)), self.hidden_dropout, self.training)
-        return self.norm(hidden_states + active_dropout(sublayer(hidden_states), self.hidden_dropout, self.training))
+def is_legacy_renaming(transform: object) -> bool:
+    """Whether a transform transformers made from ``key_mapping`` is one of LEGACY_KEY_NAMES' renamings."""
+    return getattr(transform, "_original_source_patterns", None) in [[old] for old in LEGACY_KEY_NAMES]
 
 
 class VanillaBlock(GradientCheckpointingLayer):
-    """One encoder or decoder layer.
+    """One encoder or decoder layer: each sub-layer (``self_attn``, ``cross_attn``, ``mlp``) inside a residual
+    connection with its own norm, named for the sub-layer (``self_attn_norm``, ...) whether it comes before the
+    sub-layer or after the sum, as BART and mBART name one set of norms for both positions.
 
     Tensors that may need gradients come as positional arguments: reentrant gradient checkpointing only
     backpropagates through those (a learned position bias shared by all layers included).
@@ -476,15 +472,25 @@ class VanillaBlock(GradientCheckpointingLayer):
 
     def __init__(self, config: VanillaConfig, layer_idx: int, is_causal: bool, has_cross_attention: bool):
         super().__init__()
+        self.pre_norm = config.norm_position == "pre"
+        self.hidden_dropout = config.hidden_dropout
         self.self_attn = VanillaAttention(config, layer_idx, is_causal=is_causal)
-        self.self_attn_step = ResidualStep(config)
+        self.self_attn_norm = build_norm(config)
         if has_cross_attention:
             self.cross_attn = VanillaCrossAttention(config, layer_idx)
-            self.cross_attn_step = ResidualStep(config)
+            self.cross_attn_norm = build_norm(config)
         else:
-            self.cross_attn = self.cross_attn_step = None
+            self.cross_attn = self.cross_attn_norm = None
         self.mlp = build_feed_forward(config)
-        self.mlp_step = ResidualStep(config)
+        self.mlp_norm = build_norm(config)
+
+    def residual(
+        self, hidden_states: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor], norm: nn.Module
+    ) -> torch.Tensor:
+        """post-norm (the paper): x = Norm(x + Dropout(f(x)));  pre-norm: x = x + Dropout(f(Norm(x)))."""
+        if self.pre_norm:
+            return hidden_states + active_dropout(sublayer(norm(hidden_states)), self.hidden_dropout, self.training)
+        return norm(hidden_states + active_dropout(sublayer(hidden_states), self.hidden_dropout, self.training))
 
     @accepts_past_key_values
     def forward(
@@ -503,7 +509,7 @@ class VanillaBlock(GradientCheckpointingLayer):
         def self_attention(x: torch.Tensor) -> torch.Tensor:
             return self.self_attn(x, attention_mask, positional, cache=cache, **kwargs)[0]
 
-        hidden_states = self.self_attn_step.around(hidden_states, self_attention)
+        hidden_states = self.residual(hidden_states, self_attention, self.self_attn_norm)
         if self.cross_attn is not None:
 
             def cross_attention(x: torch.Tensor) -> torch.Tensor:
@@ -511,8 +517,8 @@ class VanillaBlock(GradientCheckpointingLayer):
                     x, encoder_attention_mask, key_value_states=encoder_hidden_states, cache=cache, **kwargs
                 )[0]
 
-            hidden_states = self.cross_attn_step.around(hidden_states, cross_attention)
-        return self.mlp_step.around(hidden_states, self.mlp)
+            hidden_states = self.residual(hidden_states, cross_attention, self.cross_attn_norm)
+        return self.residual(hidden_states, self.mlp, self.mlp_norm)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -590,6 +596,19 @@ class VanillaPreTrainedModel(InitialisesItself, PreTrainedModel):
         check_rope_settings(config)  # a RoPE option assigned after the config was built would be ignored
         tell_peft_lora_targets()  # here, not at import: PEFT may be imported after this file, before the model
         super().__init__(config, *args, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, *args, key_mapping: dict[str, str] | None = None, **kwargs):
+        """transformers' ``from_pretrained``, reading the checkpoint names of older folders too (LEGACY_KEY_NAMES).
+
+        The old names are read, not written back: transformers re-saves a renamed checkpoint in the layout it was
+        loaded from, so the renaming is dropped from what the model remembers, and every folder it saves holds the
+        names of its modules (the names vLLM and the conversions read)."""
+        loaded = super().from_pretrained(*args, key_mapping={**LEGACY_KEY_NAMES, **(key_mapping or {})}, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded  # (model, loading_info) when asked for it
+        remembered = getattr(model, "_weight_conversions", None) or []
+        model._weight_conversions = [c for c in remembered if not is_legacy_renaming(c)] or None
+        return loaded
 
     def save_pretrained(self, *args, **kwargs) -> None:
         if type(self)._auto_class is not None:  # saved with its code: every Auto class that fits the family loads
