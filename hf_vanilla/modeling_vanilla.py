@@ -448,12 +448,9 @@ class VanillaCrossAttention(VanillaAttention):
 
 
 #: Checkpoint names of folders saved before the block held its norms itself (one ``ResidualStep`` module a sub-layer
-#: held each): read by ``from_pretrained`` through transformers' weight renaming, never written.
-LEGACY_KEY_NAMES = {
-    r"\.self_attn_step\.norm\.": ".self_attn_norm.",
-    r"\.cross_attn_step\.norm\.": ".cross_attn_norm.",
-    r"\.mlp_step\.norm\.": ".mlp_norm.",
-}
+#: held each, ``layers.0.self_attn_step.norm.weight``): read by ``from_pretrained`` through transformers' weight
+#: renaming, never written. One pattern: loading tries each renaming on every tensor name.
+LEGACY_KEY_NAMES = {r"\.(self_attn|cross_attn|mlp)_step\.norm\.": r".\1_norm."}
 
 
 def is_legacy_renaming(transform: object) -> bool:
