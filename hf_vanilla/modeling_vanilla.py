@@ -51,6 +51,7 @@ from .positional import (
     NO_POSITIONAL_INPUTS,
     InitialisesItself,
     PositionalAttentionInputs,
+    PositionalScheme,
     build_positional_scheme,
     rotate_folded,
 )
@@ -699,7 +700,9 @@ class VanillaStack(VanillaPreTrainedModel):
         self.token_type_embeddings = (
             nn.Embedding(config.type_vocab_size, config.hidden_size) if config.type_vocab_size else None
         )
-        self.positions = build_positional_scheme(config, causal=self.is_causal)
+        positions = build_positional_scheme(config, causal=self.is_causal)
+        self.positions_name = positions.module_name
+        self.add_module(positions.module_name, positions)
         self.embedding_norm = build_norm(config) if config.embedding_norm else None
         self.hidden_dropout = config.hidden_dropout
         depth = num_layers if num_layers is not None else self.default_depth(config)
@@ -719,6 +722,12 @@ class VanillaStack(VanillaPreTrainedModel):
     @staticmethod
     def default_depth(config: VanillaConfig) -> int:
         return config.num_hidden_layers
+
+    @property
+    def positional_scheme(self) -> PositionalScheme:
+        """The positional scheme, held under its own name (RoPE's ``rotary_emb``, as Llama's; the others'
+        ``positions``)."""
+        return self._modules[self.positions_name]
 
     def get_input_embeddings(self) -> VanillaTokenEmbedding:
         return self._token_embedding[0]
@@ -741,7 +750,7 @@ class VanillaStack(VanillaPreTrainedModel):
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(position_ids).expand(inputs_embeds.shape[:2])
             inputs_embeds = inputs_embeds + self.token_type_embeddings(token_type_ids)
-        hidden_states = self.positions.embed(inputs_embeds, position_ids)
+        hidden_states = self.positional_scheme.embed(inputs_embeds, position_ids)
         if self.embedding_norm is not None:
             hidden_states = self.embedding_norm(hidden_states)
         return active_dropout(hidden_states, self.hidden_dropout, self.training)
@@ -776,7 +785,7 @@ class VanillaEncoder(VanillaStack):
             position_ids = torch.arange(length, device=device)[None]
         hidden_states = self.embed(input_ids, inputs_embeds, position_ids, token_type_ids)
         mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
-        positional = self.positions.attention_inputs(hidden_states, position_ids, 0, length)
+        positional = self.positional_scheme.attention_inputs(hidden_states, position_ids, 0, length)
         for layer in self.layers:
             hidden_states = layer(hidden_states, mask, None, positional.bias, rotary=positional.rotary, **kwargs)
         return BaseModelOutput(last_hidden_state=self.finish(hidden_states))
@@ -835,7 +844,7 @@ class VanillaDecoder(VanillaStack):
             position_ids=position_ids,
         )
         key_length = self_cache.get_mask_sizes(length, 0)[0] if self_cache is not None else length
-        positional = self.positions.attention_inputs(hidden_states, position_ids, past_length, key_length)
+        positional = self.positional_scheme.attention_inputs(hidden_states, position_ids, past_length, key_length)
         cross_mask = None
         if self.has_cross_attention:
             cross_mask = create_bidirectional_mask(

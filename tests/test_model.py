@@ -212,6 +212,25 @@ def test_the_module_tree_is_no_larger_than_the_twins_but_for_the_modules_declare
         assert ours <= twin + once + per_layer * stacks_layers * (2 if pair.kind == "seq2seq" else 1), (ours, twin)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_rope_module_is_found_where_transformers_rope_tests_look_and_scales_as_llamas(family):
+    """transformers' test_model_rope_scaling_frequencies finds a model's RoPE module by a name holding `rotary_emb`
+    or `pos_emb` whose class takes `config` first, builds it from a config and calls it as (x, position_ids)."""
+    config = tiny_config(family, "rope")
+    model = hv.VanillaModel(config)
+    found = [(name, module) for name, module in model.named_modules()
+             if any(part in name for part in ("rotary_emb", "pos_emb"))
+             and list(inspect.signature(module.__init__).parameters)[:1] == ["config"]]
+    assert found and all(name.endswith(".rotary_emb") for name, _ in found), [name for name, _ in found]
+    rope_class = type(found[0][1])
+    x, positions = torch.randn(1), torch.arange(30)[None]
+    cos, sin = rope_class(config=config)(x, positions)
+    assert cos.shape == sin.shape == (1, 30, config.head_dim)
+    config.rope_parameters = {"rope_type": "linear", "factor": 10.0, "rope_theta": config.rope_parameters["rope_theta"]}
+    linear_cos, _ = rope_class(config=config)(x, positions)
+    torch.testing.assert_close(linear_cos[:, 20], cos[:, 2])  # position 20 at factor 10 is position 2 unscaled
+
+
 @pytest.mark.parametrize("name", [n for n in hv.modeling_vanilla.__all__ if n.startswith("VanillaFor")])
 def test_trainer_finds_each_heads_targets_in_its_signature(name):
     """The heads share one forward; Trainer reads a head's targets from its signature (``find_labels``) and computes
