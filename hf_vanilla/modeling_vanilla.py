@@ -716,9 +716,10 @@ class VanillaStack(VanillaPreTrainedModel):
 
     def init_parallel_plans(self) -> None:
         # The config's plans name VanillaModel's modules ("decoder.layers.*"): a stack is a part of that base model,
-        # not a base model of its own, so it contributes none of them (VanillaModel would prefix them again).
-        super().init_parallel_plans()
-        self._tp_plan, self._pp_plan = {}, {}
+        # not a base model of its own, so it holds none of them (VanillaModel would prefix them again), and derives
+        # none from the table only to drop it (transformers' method would, a stack being its own base model).
+        self._tp_plan, self._ep_plan, self._pp_plan, self._fsdp_plan = {}, {}, {}, {}
+
     @staticmethod
     def default_depth(config: VanillaConfig) -> int:
         return config.num_hidden_layers
