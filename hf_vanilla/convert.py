@@ -192,11 +192,11 @@ LLAMA = Architecture(
     weights=(
         W("embed_tokens.weight", "embed_tokens.weight"),
         *_attention("decoder.layers.{i}.self_attn", "layers.{i}.self_attn", "q_proj", "k_proj", "v_proj", "o_proj"),
-        W("decoder.layers.{i}.self_attn_step.norm.weight", "layers.{i}.input_layernorm.weight"),
+        W("decoder.layers.{i}.self_attn_norm.weight", "layers.{i}.input_layernorm.weight"),
         W("decoder.layers.{i}.mlp.gate_proj.*", "layers.{i}.mlp.gate_proj.*"),
         W("decoder.layers.{i}.mlp.up_proj.*", "layers.{i}.mlp.up_proj.*"),
         W("decoder.layers.{i}.mlp.down_proj.*", "layers.{i}.mlp.down_proj.*"),
-        W("decoder.layers.{i}.mlp_step.norm.weight", "layers.{i}.post_attention_layernorm.weight"),
+        W("decoder.layers.{i}.mlp_norm.weight", "layers.{i}.post_attention_layernorm.weight"),
         W("decoder.final_norm.weight", "norm.weight"),
     ),
     fixed=dict(
@@ -263,12 +263,12 @@ GPT2 = Architecture(
     weights=(
         W("embed_tokens.weight", "wte.weight"),
         W("decoder.positions.embeddings.weight", "wpe.weight"),
-        W("decoder.layers.{i}.self_attn_step.norm.*", "h.{i}.ln_1.*"),
+        W("decoder.layers.{i}.self_attn_norm.*", "h.{i}.ln_1.*"),
         W("decoder.layers.{i}.self_attn.q_proj.*", "h.{i}.attn.c_attn.*", conv1d=True, part=(0, 3)),
         W("decoder.layers.{i}.self_attn.k_proj.*", "h.{i}.attn.c_attn.*", conv1d=True, part=(1, 3)),
         W("decoder.layers.{i}.self_attn.v_proj.*", "h.{i}.attn.c_attn.*", conv1d=True, part=(2, 3)),
         W("decoder.layers.{i}.self_attn.o_proj.*", "h.{i}.attn.c_proj.*", conv1d=True),
-        W("decoder.layers.{i}.mlp_step.norm.*", "h.{i}.ln_2.*"),
+        W("decoder.layers.{i}.mlp_norm.*", "h.{i}.ln_2.*"),
         W("decoder.layers.{i}.mlp.up_proj.*", "h.{i}.mlp.c_fc.*", conv1d=True),
         W("decoder.layers.{i}.mlp.down_proj.*", "h.{i}.mlp.c_proj.*", conv1d=True),
         W("decoder.final_norm.*", "ln_f.*"),
@@ -336,10 +336,10 @@ BERT = Architecture(
         W("encoder.embedding_norm.*", "embeddings.LayerNorm.*"),
         *_attention("encoder.layers.{i}.self_attn", _BERT_LAYER + ".attention", "self.query", "self.key",
                     "self.value", "output.dense"),
-        W("encoder.layers.{i}.self_attn_step.norm.*", _BERT_LAYER + ".attention.output.LayerNorm.*"),
+        W("encoder.layers.{i}.self_attn_norm.*", _BERT_LAYER + ".attention.output.LayerNorm.*"),
         W("encoder.layers.{i}.mlp.up_proj.*", _BERT_LAYER + ".intermediate.dense.*"),
         W("encoder.layers.{i}.mlp.down_proj.*", _BERT_LAYER + ".output.dense.*"),
-        W("encoder.layers.{i}.mlp_step.norm.*", _BERT_LAYER + ".output.LayerNorm.*"),
+        W("encoder.layers.{i}.mlp_norm.*", _BERT_LAYER + ".output.LayerNorm.*"),
     ),
     fixed=dict(
         position_offset=0, norm_bias=True, embedding_norm=True, final_norm=False, scale_embedding=False,
@@ -369,14 +369,14 @@ def _seq2seq_layers() -> tuple[W, ...]:
         layer, native = f"{stack}.layers.{{i}}", f"{stack}.layers.{{i}}"
         rows += _attention(f"{layer}.self_attn", f"{native}.self_attn", "q_proj", "k_proj", "v_proj", "out_proj")
         rows += [
-            W(f"{layer}.self_attn_step.norm.*", f"{native}.self_attn_layer_norm.*"),
+            W(f"{layer}.self_attn_norm.*", f"{native}.self_attn_layer_norm.*"),
             W(f"{layer}.mlp.up_proj.*", f"{native}.fc1.*"),
             W(f"{layer}.mlp.down_proj.*", f"{native}.fc2.*"),
-            W(f"{layer}.mlp_step.norm.*", f"{native}.final_layer_norm.*"),
+            W(f"{layer}.mlp_norm.*", f"{native}.final_layer_norm.*"),
         ]
     rows += _attention("decoder.layers.{i}.cross_attn", "decoder.layers.{i}.encoder_attn", "q_proj", "k_proj",
                        "v_proj", "out_proj")
-    rows.append(W("decoder.layers.{i}.cross_attn_step.norm.*", "decoder.layers.{i}.encoder_attn_layer_norm.*"))
+    rows.append(W("decoder.layers.{i}.cross_attn_norm.*", "decoder.layers.{i}.encoder_attn_layer_norm.*"))
     return tuple(rows)
 
 
@@ -523,19 +523,19 @@ def _t5_layers() -> tuple[W, ...]:
         layer, block = f"{stack}.layers.{{i}}", f"{stack}.block.{{i}}.layer"
         rows += _attention(f"{layer}.self_attn", f"{block}.0.SelfAttention", "q", "k", "v", "o")
         rows += [
-            W(f"{layer}.self_attn_step.norm.weight", f"{block}.0.layer_norm.weight"),
+            W(f"{layer}.self_attn_norm.weight", f"{block}.0.layer_norm.weight"),
             W(f"{layer}.mlp.gate_proj.weight", f"{block}.{mlp}.DenseReluDense.wi_0.weight"),  # gated (v1.1)
             W(f"{layer}.mlp.up_proj.weight", f"{block}.{mlp}.DenseReluDense.wi_1.weight"),
             W(f"{layer}.mlp.up_proj.weight", f"{block}.{mlp}.DenseReluDense.wi.weight"),  # plain (v1.0)
             W(f"{layer}.mlp.down_proj.weight", f"{block}.{mlp}.DenseReluDense.wo.weight"),
-            W(f"{layer}.mlp_step.norm.weight", f"{block}.{mlp}.layer_norm.weight"),
+            W(f"{layer}.mlp_norm.weight", f"{block}.{mlp}.layer_norm.weight"),
         ]
         # T5 keeps a stack's relative bias in its first layer and shares it with the others.
         rows.append(W(f"{stack}.positions.relative_attention_bias.weight",
                       f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"))
         rows.append(W(f"{stack}.final_norm.weight", f"{stack}.final_layer_norm.weight"))
     rows += _attention("decoder.layers.{i}.cross_attn", "decoder.block.{i}.layer.1.EncDecAttention", "q", "k", "v", "o")
-    rows.append(W("decoder.layers.{i}.cross_attn_step.norm.weight", "decoder.block.{i}.layer.1.layer_norm.weight"))
+    rows.append(W("decoder.layers.{i}.cross_attn_norm.weight", "decoder.block.{i}.layer.1.layer_norm.weight"))
     return tuple(rows)
 
 

@@ -52,6 +52,7 @@ from .positional import (
     NO_POSITIONAL_INPUTS,
     InitialisesItself,
     PositionalAttentionInputs,
+    PositionalScheme,
     build_positional_scheme,
     rotate_folded,
 )
@@ -196,7 +197,8 @@ class FusedTanhGELU(RowActivation):
 
     def __init__(self, config: VanillaConfig):
         super().__init__()
-        self.native = ACT2FN[config.hidden_act]
+        # The module's function, not a child module: parameter-free, and building and loading walk every module.
+        self.native = ACT2FN[config.hidden_act].forward
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         if hidden_states.dtype == torch.float32:
@@ -438,32 +440,24 @@ class VanillaCrossAttention(VanillaAttention):
 
 
 # ----------------------------------------------------------------------------------------------
-# The block: self-attention, (cross-attention,) feed-forward, each wrapped in a residual step
+# The block: self-attention, (cross-attention,) feed-forward, each inside a residual connection with its norm
 
 
-class ResidualStep(nn.Module):
-    """The residual connection and norm around one sub-layer, applied by :meth:`around`.
+#: Checkpoint names of folders saved before the block held its norms itself (one ``ResidualStep`` module a sub-layer
+#: held each, ``layers.0.self_attn_step.norm.weight``): read by ``from_pretrained`` through transformers' weight
+#: renaming, never written. One pattern: loading tries each renaming on every tensor name.
+LEGACY_KEY_NAMES = {r"\.(self_attn|cross_attn|mlp)_step\.norm\.": r".\1_norm."}
 
-    post-norm (the paper): x = Norm(x + Dropout(f(x)));  pre-norm: x = x + Dropout(f(Norm(x))).
 
-    A container of the norm (its parameters keep their checkpoint names), applied by a plain method rather than a module call: at a batch-1
-    decoding step, mostly Python, two or three module calls more per layer are measurable (docs/performance.md).
-    """
-
-    def __init__(self, config: VanillaConfig):
-        super().__init__()
-        self.pre_norm = config.norm_position == "pre"
-        self.norm = build_norm(config)
-        self.hidden_dropout = config.hidden_dropout
-
-    def around(self, hidden_states: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-        if self.pre_norm:
-            return hidden_states + active_dropout(sublayer(self.norm(hidden_states)), self.hidden_dropout, self.training)
-        return self.norm(hidden_states + active_dropout(sublayer(hidden_states), self.hidden_dropout, self.training))
+def is_legacy_renaming(transform: object) -> bool:
+    """Whether a transform transformers made from ``key_mapping`` is one of LEGACY_KEY_NAMES' renamings."""
+    return getattr(transform, "_original_source_patterns", None) in [[old] for old in LEGACY_KEY_NAMES]
 
 
 class VanillaBlock(GradientCheckpointingLayer):
-    """One encoder or decoder layer.
+    """One encoder or decoder layer: each sub-layer (``self_attn``, ``cross_attn``, ``mlp``) inside a residual
+    connection with its own norm, named for the sub-layer (``self_attn_norm``, ...) whether it comes before the
+    sub-layer or after the sum, as BART and mBART name one set of norms for both positions.
 
     Tensors that may need gradients come as positional arguments: reentrant gradient checkpointing only
     backpropagates through those (a learned position bias shared by all layers included).
@@ -471,15 +465,25 @@ class VanillaBlock(GradientCheckpointingLayer):
 
     def __init__(self, config: VanillaConfig, layer_idx: int, is_causal: bool, has_cross_attention: bool):
         super().__init__()
+        self.pre_norm = config.norm_position == "pre"
+        self.hidden_dropout = config.hidden_dropout
         self.self_attn = VanillaAttention(config, layer_idx, is_causal=is_causal)
-        self.self_attn_step = ResidualStep(config)
+        self.self_attn_norm = build_norm(config)
         if has_cross_attention:
             self.cross_attn = VanillaCrossAttention(config, layer_idx)
-            self.cross_attn_step = ResidualStep(config)
+            self.cross_attn_norm = build_norm(config)
         else:
-            self.cross_attn = self.cross_attn_step = None
+            self.cross_attn = self.cross_attn_norm = None
         self.mlp = build_feed_forward(config)
-        self.mlp_step = ResidualStep(config)
+        self.mlp_norm = build_norm(config)
+
+    def residual(
+        self, hidden_states: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor], norm: nn.Module
+    ) -> torch.Tensor:
+        """post-norm (the paper): x = Norm(x + Dropout(f(x)));  pre-norm: x = x + Dropout(f(Norm(x)))."""
+        if self.pre_norm:
+            return hidden_states + active_dropout(sublayer(norm(hidden_states)), self.hidden_dropout, self.training)
+        return norm(hidden_states + active_dropout(sublayer(hidden_states), self.hidden_dropout, self.training))
 
     @accepts_past_key_values
     def forward(
@@ -498,7 +502,7 @@ class VanillaBlock(GradientCheckpointingLayer):
         def self_attention(x: torch.Tensor) -> torch.Tensor:
             return self.self_attn(x, attention_mask, positional, cache=cache, **kwargs)[0]
 
-        hidden_states = self.self_attn_step.around(hidden_states, self_attention)
+        hidden_states = self.residual(hidden_states, self_attention, self.self_attn_norm)
         if self.cross_attn is not None:
 
             def cross_attention(x: torch.Tensor) -> torch.Tensor:
@@ -506,8 +510,8 @@ class VanillaBlock(GradientCheckpointingLayer):
                     x, encoder_attention_mask, key_value_states=encoder_hidden_states, cache=cache, **kwargs
                 )[0]
 
-            hidden_states = self.cross_attn_step.around(hidden_states, cross_attention)
-        return self.mlp_step.around(hidden_states, self.mlp)
+            hidden_states = self.residual(hidden_states, cross_attention, self.cross_attn_norm)
+        return self.residual(hidden_states, self.mlp, self.mlp_norm)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -585,6 +589,19 @@ class VanillaPreTrainedModel(InitialisesItself, PreTrainedModel):
         check_rope_settings(config)  # a RoPE option assigned after the config was built would be ignored
         tell_peft_lora_targets()  # here, not at import: PEFT may be imported after this file, before the model
         super().__init__(config, *args, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, *args, key_mapping: dict[str, str] | None = None, **kwargs):
+        """transformers' ``from_pretrained``, reading the checkpoint names of older folders too (LEGACY_KEY_NAMES).
+
+        The old names are read, not written back: transformers re-saves a renamed checkpoint in the layout it was
+        loaded from, so the renaming is dropped from what the model remembers, and every folder it saves holds the
+        names of its modules (the names vLLM and the conversions read)."""
+        loaded = super().from_pretrained(*args, key_mapping={**LEGACY_KEY_NAMES, **(key_mapping or {})}, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded  # (model, loading_info) when asked for it
+        remembered = getattr(model, "_weight_conversions", None) or []
+        model._weight_conversions = [c for c in remembered if not is_legacy_renaming(c)] or None
+        return loaded
 
     def save_pretrained(self, *args, **kwargs) -> None:
         if type(self)._auto_class is not None:  # saved with its code: every Auto class that fits the family loads
@@ -678,7 +695,9 @@ class VanillaStack(VanillaPreTrainedModel):
         self.token_type_embeddings = (
             nn.Embedding(config.type_vocab_size, config.hidden_size) if config.type_vocab_size else None
         )
-        self.positions = build_positional_scheme(config, causal=self.is_causal)
+        positions = build_positional_scheme(config, causal=self.is_causal)
+        self.positions_name = positions.module_name
+        self.add_module(positions.module_name, positions)
         self.embedding_norm = build_norm(config) if config.embedding_norm else None
         self.hidden_dropout = config.hidden_dropout
         depth = num_layers if num_layers is not None else self.default_depth(config)
@@ -692,12 +711,19 @@ class VanillaStack(VanillaPreTrainedModel):
 
     def init_parallel_plans(self) -> None:
         # The config's plans name VanillaModel's modules ("decoder.layers.*"): a stack is a part of that base model,
-        # not a base model of its own, so it contributes none of them (VanillaModel would prefix them again).
-        super().init_parallel_plans()
-        self._tp_plan, self._pp_plan = {}, {}
+        # not a base model of its own, so it holds none of them (VanillaModel would prefix them again), and derives
+        # none from the table only to drop it (transformers' method would, a stack being its own base model).
+        self._tp_plan, self._ep_plan, self._pp_plan, self._fsdp_plan = {}, {}, {}, {}
+
     @staticmethod
     def default_depth(config: VanillaConfig) -> int:
         return config.num_hidden_layers
+
+    @property
+    def positional_scheme(self) -> PositionalScheme:
+        """The positional scheme, held under its own name (RoPE's ``rotary_emb``, as Llama's; the others'
+        ``positions``)."""
+        return self._modules[self.positions_name]
 
     def get_input_embeddings(self) -> VanillaTokenEmbedding:
         return self._token_embedding[0]
@@ -720,7 +746,7 @@ class VanillaStack(VanillaPreTrainedModel):
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(position_ids).expand(inputs_embeds.shape[:2])
             inputs_embeds = inputs_embeds + self.token_type_embeddings(token_type_ids)
-        hidden_states = self.positions.embed(inputs_embeds, position_ids)
+        hidden_states = self.positional_scheme.embed(inputs_embeds, position_ids)
         if self.embedding_norm is not None:
             hidden_states = self.embedding_norm(hidden_states)
         return active_dropout(hidden_states, self.hidden_dropout, self.training)
@@ -755,7 +781,7 @@ class VanillaEncoder(VanillaStack):
             position_ids = torch.arange(length, device=device)[None]
         hidden_states = self.embed(input_ids, inputs_embeds, position_ids, token_type_ids)
         mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
-        positional = self.positions.attention_inputs(hidden_states, position_ids, 0, length)
+        positional = self.positional_scheme.attention_inputs(hidden_states, position_ids, 0, length)
         for layer in self.layers:
             hidden_states = layer(hidden_states, mask, None, positional.bias, rotary=positional.rotary, **kwargs)
         return BaseModelOutput(last_hidden_state=self.finish(hidden_states))
@@ -814,7 +840,7 @@ class VanillaDecoder(VanillaStack):
             position_ids=position_ids,
         )
         key_length = self_cache.get_mask_sizes(length, 0)[0] if self_cache is not None else length
-        positional = self.positions.attention_inputs(hidden_states, position_ids, past_length, key_length)
+        positional = self.positional_scheme.attention_inputs(hidden_states, position_ids, past_length, key_length)
         cross_mask = None
         if self.has_cross_attention:
             cross_mask = create_bidirectional_mask(

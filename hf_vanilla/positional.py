@@ -68,6 +68,8 @@ class PositionalScheme(InitialisesItself, nn.Module):
     scheme: ClassVar[str | None] = None
     #: Positions beyond this raise an error (None: the scheme extrapolates).
     hard_max_positions: int | None = None
+    #: The name a stack holds the scheme under (and its tensors' checkpoint names start with).
+    module_name: ClassVar[str] = "positions"
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -220,6 +222,8 @@ class RotaryPositions(PositionalScheme):
     """
 
     scheme = "rope"
+    # Llama's name: tools that look for a model's RoPE module (transformers' RoPE-scaling tests) find it by name.
+    module_name = "rotary_emb"
 
     def __init__(self, config: VanillaConfig):
         super().__init__()

@@ -1,5 +1,6 @@
 """Every family x positional scheme x norm placement x norm type trains, and every attention backend agrees."""
 
+import dataclasses
 import inspect
 import itertools
 
@@ -189,17 +190,45 @@ def test_forward_signatures_advertise_transformers_kwargs(name):
     assert {"output_attentions", "output_hidden_states", "num_items_in_batch"} <= advertised.__optional_keys__
 
 
-def test_the_module_tree_is_the_twins_plus_the_residual_steps_that_hold_checkpoint_names():
-    """Building and loading walk every module: a Llama-shaped model has LlamaForCausalLM's modules, plus one
-    ResidualStep per sub-layer (it holds the norm under the checkpoint's name, ``self_attn_step.norm.weight``) and
-    the decoder stack every family shares. Dropout is a probability held as an attribute, as Llama holds its
-    attention dropout, not a module (three a layer before)."""
+#: Modules a model has beyond its twin's, (once, per layer of each stack), each for a reason: Llama's, the decoder stack
+#: every family shares (``model.decoder``); BART's, the feed-forward network held as one module (``mlp``, as Llama's:
+#: vLLM's GLU fusion traces it as a unit) where BART holds fc1/fc2 on the layer.
+MODULES_BEYOND_THE_TWINS = {"llama": (1, 0), "gpt2": (0, 0), "bert": (0, 0), "bart": (0, 1)}
+
+
+@pytest.mark.parametrize("pair_name", sorted(MODULES_BEYOND_THE_TWINS))
+def test_the_module_tree_is_no_larger_than_the_twins_but_for_the_modules_declared(pair_name):
+    """Building and loading walk every module: each block holds its norms itself (no container a sub-layer), dropout
+    is a probability held as an attribute (as Llama holds its attention dropout), a parameter-free function held by
+    an activation is no child module. Counted at two depths, so a module added to each layer shows as one."""
     from hf_vanilla.tools import bench
 
-    pair = bench.build_pair("llama", bench.TINY)
-    layers = pair.ours.config.num_hidden_layers
-    assert not [name for name, module in pair.ours.named_modules() if isinstance(module, torch.nn.Dropout)]
-    assert len(list(pair.ours.modules())) <= len(list(pair.reference.modules())) + 2 * layers + 1
+    once, per_layer = MODULES_BEYOND_THE_TWINS[pair_name]
+    for layers in (2, 4):
+        pair = bench.build_pair(pair_name, dataclasses.replace(bench.TINY, layers=layers))
+        stacks_layers = pair.ours.config.num_hidden_layers
+        ours, twin = len(list(pair.ours.named_modules())), len(list(pair.reference.named_modules()))
+        assert not [name for name, module in pair.ours.named_modules() if isinstance(module, torch.nn.Dropout)]
+        assert ours <= twin + once + per_layer * stacks_layers * (2 if pair.kind == "seq2seq" else 1), (ours, twin)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_rope_module_is_found_where_transformers_rope_tests_look_and_scales_as_llamas(family):
+    """transformers' test_model_rope_scaling_frequencies finds a model's RoPE module by a name holding `rotary_emb`
+    or `pos_emb` whose class takes `config` first, builds it from a config and calls it as (x, position_ids)."""
+    config = tiny_config(family, "rope")
+    model = hv.VanillaModel(config)
+    found = [(name, module) for name, module in model.named_modules()
+             if any(part in name for part in ("rotary_emb", "pos_emb"))
+             and list(inspect.signature(module.__init__).parameters)[:1] == ["config"]]
+    assert found and all(name.endswith(".rotary_emb") for name, _ in found), [name for name, _ in found]
+    rope_class = type(found[0][1])
+    x, positions = torch.randn(1), torch.arange(30)[None]
+    cos, sin = rope_class(config=config)(x, positions)
+    assert cos.shape == sin.shape == (1, 30, config.head_dim)
+    config.rope_parameters = {"rope_type": "linear", "factor": 10.0, "rope_theta": config.rope_parameters["rope_theta"]}
+    linear_cos, _ = rope_class(config=config)(x, positions)
+    torch.testing.assert_close(linear_cos[:, 20], cos[:, 2])  # position 20 at factor 10 is position 2 unscaled
 
 
 @pytest.mark.parametrize("name", [n for n in hv.modeling_vanilla.__all__ if n.startswith("VanillaFor")])
