@@ -9,6 +9,10 @@
 #   HF_VANILLA_TRANSFORMERS_SRC  a transformers source tree at the installed release (its tag, v<version>): its
 #                                tests/ folders replace the stand-ins, so transformers' generate() and torch.export
 #                                tests run too (default: none, the stand-ins)
+#   HF_VANILLA_GENERATION_TESTS  transformers' tests/generation/test_utils.py (GenerationTesterMixin, which no PyPI
+#                                artifact ships), fetched once as docs/testing.md says (default: generation/test_utils.py
+#                                in the cache folder); "none" runs without transformers' generate() tests. Without a
+#                                source tree, the script refuses to start until one of the two is given.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 if [ -z "${HF_VANILLA_PYTHON:-}" ]; then
@@ -28,6 +32,14 @@ if [ -n "$src" ]; then  # the real test modules must be the installed release's:
       "there." >&2
     exit 2
   fi
+fi
+generation_tests=${HF_VANILLA_GENERATION_TESTS:-$cache/generation/test_utils.py}
+if [ -z "$src" ] && [ "$generation_tests" != none ] && [ ! -f "$generation_tests" ]; then
+  echo "transformers_common: transformers' generate() tests (tests/generation/test_utils.py, in no PyPI artifact) are" \
+    "not at $generation_tests; fetch them once with: curl -fsSL --create-dirs -o $generation_tests" \
+    "https://raw.githubusercontent.com/huggingface/transformers/v$version/tests/generation/test_utils.py" \
+    "(or set HF_VANILLA_GENERATION_TESTS to that file, or to none to run without them)." >&2
+  exit 2
 fi
 # test_modeling_common.py imports parameterized, which neither transformers nor hf_vanilla needs.
 test_requirements=("parameterized==0.9.0")
@@ -53,7 +65,13 @@ trap 'rm -rf "$work"' EXIT
 tar -xzf "$sdist" -C "$work" --strip-components=1 \
   "transformers-$version/tests/test_modeling_common.py" "transformers-$version/tests/test_configuration_common.py"
 cp -r "$stand_ins/." "$work/tests/"
+generation_source="the stand-in (no generate() tests)"
+if [ -z "$src" ] && [ "$generation_tests" != none ]; then
+  cp "$generation_tests" "$work/tests/generation/test_utils.py"
+  generation_source="$generation_tests"
+fi
 if [ -n "$src" ]; then
+  generation_source="$src/tests/generation"
   for folder in "$stand_ins"/*/; do
     name=$(basename "$folder")
     rm -rf "$work/tests/$name"
@@ -65,6 +83,6 @@ find "$work/tests" -type d -exec touch {}/__init__.py \;
 
 cd "$work"
 echo "transformers_common: transformers $version's common tests against hf_vanilla from $root" \
-  "(test modules beside them: ${src:-the stand-ins})"
+  "(test modules beside them: ${src:-the stand-ins}; GenerationTesterMixin from $generation_source)"
 PYTHONPATH="$root:$cache/deps${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 \
   "$python" -m pytest -p no:cacheprovider -q -rfE tests/test_vanilla_common.py "$@"

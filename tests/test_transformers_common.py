@@ -14,9 +14,11 @@ import transformers
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_script(tmp_path: Path, source_tree: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_VANILLA_PYTHON": sys.executable, "HF_VANILLA_CACHE": str(tmp_path / "cache"),
-           "HF_VANILLA_TRANSFORMERS_SRC": str(source_tree)}
+def run_script(tmp_path: Path, source_tree: Path | None, **variables: str) -> subprocess.CompletedProcess:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("HF_VANILLA_")}
+    env |= {"HF_VANILLA_PYTHON": sys.executable, "HF_VANILLA_CACHE": str(tmp_path / "cache"), **variables}
+    if source_tree is not None:
+        env["HF_VANILLA_TRANSFORMERS_SRC"] = str(source_tree)
     return subprocess.run(["bash", str(ROOT / "scripts" / "transformers_common.sh")], capture_output=True, text=True,
                           env=env, timeout=120)
 
@@ -33,6 +35,20 @@ def test_a_source_tree_of_another_release_is_refused_before_any_download(tmp_pat
     assert f"is transformers {found}, but {transformers.__version__} is installed; check out tag " \
            f"v{transformers.__version__} there." in result.stderr
     assert not (tmp_path / "cache").exists(), "the script downloaded before refusing the tree"
+
+
+def test_without_transformers_generate_tests_the_script_refuses_naming_the_fetch_before_any_download(tmp_path):
+    """transformers' GenerationTesterMixin is in no PyPI artifact: a run without it would certify generate() unseen."""
+    missing = tmp_path / "nowhere" / "test_utils.py"
+    for variables, expected in (({}, tmp_path / "cache" / "transformers-common" / transformers.__version__ /
+                                  "generation" / "test_utils.py"),
+                                ({"HF_VANILLA_GENERATION_TESTS": str(missing)}, missing)):
+        result = run_script(tmp_path, None, **variables)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert f"are not at {expected}; fetch them once with: curl -fsSL --create-dirs -o {expected} https://raw." \
+               f"githubusercontent.com/huggingface/transformers/v{transformers.__version__}/tests/generation/" \
+               "test_utils.py" in result.stderr, result.stderr
+        assert not (tmp_path / "cache").exists(), "the script downloaded before refusing"
 
 
 COMMON = ROOT / "scripts" / "transformers_common"

@@ -369,6 +369,15 @@ def test_every_model_is_its_own_saved_by_its_class_and_carries_the_row_s_value(r
         assert (folder / "tokenizer.json").is_file() == (case.runner != "generate"), case.name
 
 
+def test_each_model_s_folder_is_its_own_and_names_a_module_torch_compile_can_guard(row_models):
+    """vLLM imports the folder's code as a module named after the folder; a brace there (a dict-valued row's name)
+    made torch.compile's guards fail at load, which rows counted as vLLM failing the row."""
+    names = [folder.name for _, folder in row_models.values()]
+    assert len(set(names)) == len(names)
+    assert all(re.fullmatch(r"[A-Za-z0-9_.=-]+", name) for name in names), names
+    assert any("rope_parameters" in name for name in names)  # the dict-valued row is among them
+
+
 def declared_refusals() -> set[str]:
     """Every refusal the table declares, by the name ``rows`` gives it."""
     rows = {f"{row.option}={row.setting!r}" for row in variants.VARIANTS if row.vllm_refusal}

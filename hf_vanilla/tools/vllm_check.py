@@ -760,6 +760,12 @@ def cases(shape: Shape = ROWS_SHAPE) -> list[Case]:
     return [case for kind in kinds() for case in kind_cases(kind, shape)]
 
 
+def folder_name(case_name: str) -> str:
+    """The case's folder: letters, digits and ``_.=-`` only. vLLM compiles the folder's model code as a module named
+    after the folder, and torch.compile's guards fail on a brace in that name (a dict-valued row once failed so)."""
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "-", case_name.replace("'", "")).strip("-")
+
+
 def build_case(case: Case, folder: Path, shape: Shape, seed: int = 0) -> Path:
     """The case's model at ``shape``, random weights, saved with its code by the case's class (and, where vLLM
     may pool it, a tokenizer over the whole vocabulary: vLLM's pooling front end loads it)."""
@@ -768,7 +774,7 @@ def build_case(case: Case, folder: Path, shape: Shape, seed: int = 0) -> Path:
     register()  # save_pretrained then copies the model files and writes auto_map
     torch.manual_seed(seed)
     config = row_config(case.fields, shape)
-    path = folder / case.name.replace(": ", "-").replace(" ", "-").replace("'", "")
+    path = folder / folder_name(case.name)
     model = getattr(hf_vanilla, case.head)(config).eval()
     with torch.no_grad():
         for parameter in model.parameters():

@@ -13,6 +13,16 @@ config with RoPE has). tests/test_transformers_common.py refuses any skip writte
 import unittest
 
 import transformers
+from transformers import (
+    BartConfig,
+    BartForConditionalGeneration,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    T5Config,
+    T5ForConditionalGeneration,
+)
 from transformers.models.auto import modeling_auto
 
 import hf_vanilla as hv
@@ -99,4 +109,60 @@ def family_test_case(family: str, scheme: str) -> type:
 
 
 CASES = [family_test_case(family, scheme) for family in variants.values("architecture") for scheme in SCHEMES]
+
+
+# The twins: built-in models run through the same GenerationTesterMixin with the same tester (sizes, inputs), so a
+# generate() test that fails on ours is read beside the built-in model that has the same position scheme.
+def gpt2_config(tester: VanillaModelTester) -> GPT2Config:
+    return GPT2Config(vocab_size=tester.vocab_size, n_embd=tester.hidden_size, n_inner=37, n_layer=2, n_head=4,
+                      n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, pad_token_id=PAD,
+                      bos_token_id=BOS, eos_token_id=EOS)
+
+
+def llama_config(tester: VanillaModelTester) -> LlamaConfig:
+    return LlamaConfig(vocab_size=tester.vocab_size, hidden_size=tester.hidden_size, intermediate_size=37,
+                       num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64, pad_token_id=PAD,
+                       bos_token_id=BOS, eos_token_id=EOS)
+
+
+def bart_config(tester: VanillaModelTester) -> BartConfig:
+    return BartConfig(vocab_size=tester.vocab_size, d_model=tester.hidden_size, encoder_layers=2, decoder_layers=2,
+                      encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37,
+                      max_position_embeddings=64, dropout=0.0, attention_dropout=0.0, pad_token_id=PAD,
+                      bos_token_id=BOS, eos_token_id=EOS, decoder_start_token_id=BOS)
+
+
+def t5_config(tester: VanillaModelTester) -> T5Config:
+    return T5Config(vocab_size=tester.vocab_size, d_model=tester.hidden_size, d_kv=8, d_ff=37, num_layers=2,
+                    num_heads=4, dropout_rate=0.0, pad_token_id=PAD, eos_token_id=EOS, decoder_start_token_id=BOS)
+
+
+#: (twin, its config at the tester's sizes, the family and scheme of ours it stands beside).
+TWINS = ((GPT2LMHeadModel, gpt2_config, "decoder", "sinusoidal"), (LlamaForCausalLM, llama_config, "decoder", "rope"),
+         (BartForConditionalGeneration, bart_config, "encoder-decoder", "sinusoidal"),
+         (T5ForConditionalGeneration, t5_config, "encoder-decoder", "relative"))
+
+
+class TwinModelTester(VanillaModelTester):
+    """Ours' tester with the twin's config: the same sizes and inputs, so only the model differs."""
+
+    def __init__(self, parent: unittest.TestCase, family: str, scheme: str, make_config):
+        super().__init__(parent, family, scheme)
+        self.make_config = make_config
+
+    def get_config(self):
+        return self.make_config(self)
+
+
+def twin_test_case(model_class: type, make_config, family: str, scheme: str) -> type:
+    """GenerationTesterMixin alone on the twin (its ModelTesterMixin tests are transformers' own to run)."""
+    def set_up(self):
+        self.model_tester = TwinModelTester(self, family, scheme, make_config)
+
+    attributes = {"setUp": set_up, "all_model_classes": (model_class,), "all_generative_model_classes": (model_class,),
+                  "has_attentions": True, "is_encoder_decoder": family == "encoder-decoder", "__module__": __name__}
+    return type(f"Twin{model_class.__name__}Test", (GenerationTesterMixin, unittest.TestCase), attributes)
+
+
+CASES += [twin_test_case(*twin) for twin in TWINS]
 globals().update({case.__name__: case for case in CASES})

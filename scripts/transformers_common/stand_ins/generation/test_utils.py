@@ -1,9 +1,10 @@
 """Stands in for transformers' tests/generation/test_utils.py, which the sdist does not ship.
 
 test_modeling_common.py checks that a tester inherits GenerationTesterMixin exactly when one of its classes can
-generate; test_vanilla_common.py's decoder and encoder-decoder testers do, as Llama's and BART's do. With this stand-in
-they inherit no generate() test (tests/test_generation.py tests hf_vanilla's generate()); scripts/transformers_common.sh
-puts the real file here when given a transformers source tree (HF_VANILLA_TRANSFORMERS_SRC).
+generate; test_vanilla_common.py's decoder and encoder-decoder testers do, as Llama's and BART's do. This stand-in is
+used only with HF_VANILLA_GENERATION_TESTS=none: then they inherit no generate() test. Otherwise
+scripts/transformers_common.sh puts the real file here (HF_VANILLA_GENERATION_TESTS, or a transformers source tree
+given as HF_VANILLA_TRANSFORMERS_SRC), and refuses to start without one (docs/testing.md says how to fetch it).
 """
 
 
