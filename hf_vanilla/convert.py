@@ -1416,7 +1416,9 @@ def convert_checkpoint(
                 recorded.add(path.name for path in staging.iterdir())
                 recorded.seal(path.name for path in staging.iterdir() if path.name != RECORD)
     except FileOperationError as error:  # a full disk, a permission: what failed first, and what comes next
-        raise error.then(f"run the same command again: {folder.as_left(existed)}") from error
+        again = "run the same command with --overwrite" if folder.write_is_complete() and not overwrite else \
+            "run the same command again"  # a complete conversion is refused without --overwrite
+        raise error.then(f"{again}: {folder.as_left(existed)}") from error
     return ConversionReport(*classes, out, copied)
 
 

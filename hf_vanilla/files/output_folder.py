@@ -414,6 +414,9 @@ class OutputFolder:
         """What the folder is after a write into it failed and undid what it could, said truly (the end of the
         sentence that names the next command): put back by its journal first, as found, not created, or as found
         but for bookkeeping of ours the system would not let the write remove (the next command clears it)."""
+        if self.write_is_complete():
+            return (f"{self.path} holds this command's complete write, and that command first deletes what it "
+                    f"replaced (kept in {REPLACED}/; its journal says so)")
         if (self.path / JOURNAL).exists():  # the undo failed too: the next command's recovery finishes it first
             return f"it first puts {self.path} back as this command found it (its journal says how)"
         if not existed and not os.path.lexists(self.path):
@@ -423,6 +426,11 @@ class OutputFolder:
         if not existed:
             return f"{self.path} was created and holds only {', '.join(left) or 'nothing'} {why}"
         return f"{self.path} is as this command found it" + (f" but for {', '.join(left)} {why}" if left else "")
+
+    def write_is_complete(self) -> bool:
+        """Whether the journal left here says its write had committed: only deleting what it replaced is left."""
+        journal = self._journal()
+        return journal is not None and (journal["phase"] == DISCARDING or self._committed_by_rename(journal))
 
     def _left_behind(self) -> list[str]:
         """hf_vanilla's bookkeeping at the folder's top besides its record: its lock, work folders, temporary files."""
@@ -532,9 +540,11 @@ class OutputFolder:
         names, previous = journal["names"], journal["record"]
         if self._committed_by_rename(journal):
             journal = self._write_journal(DISCARDING, names, previous)
-        if journal["phase"] == DISCARDING:
-            _remove(self.replaced)
-            (self.path / JOURNAL).unlink(missing_ok=True)
+        if journal["phase"] == DISCARDING:  # said step by step: a committed write's failure here names what is left
+            with file_step("deleting what it replaced, in", self.replaced):
+                _remove(self.replaced)
+            with file_step("deleting its journal", self.path / JOURNAL):
+                (self.path / JOURNAL).unlink(missing_ok=True)
             return
         if journal["phase"] == NEW:
             for path in self.own_files():
