@@ -47,7 +47,7 @@ from .checkpoint import PICKLE_SUFFIXES, load_complete, weight_files
 from .configuration_vanilla import VanillaConfig, field_default
 from .errors import HfVanillaError, refuse
 from .files.atomic import FileOperationError, staged_folder
-from .files.output_folder import JOURNAL, RECORD, OutputFolder
+from .files.output_folder import RECORD, OutputFolder
 from .modeling_vanilla import VanillaPreTrainedModel
 from .rules import field_is_active
 from .variants import rows_of
@@ -1491,12 +1491,9 @@ def convert_checkpoint(
                 recorded.add(path.name for path in staging.iterdir())
                 recorded.seal(path.name for path in staging.iterdir() if path.name != RECORD)
     except FileOperationError as error:  # a full disk, a permission: what failed first, and what comes next
-        if (out / JOURNAL).exists():
-            then = f"run the same command again: it first puts {out} back as this command found it, then converts"
-        else:
-            then = f"run the same command again: {out} is as this command found it" if existed else \
-                f"run the same command again: {out} was not created"
-        raise error.then(then) from error
+        again = "run the same command with --overwrite" if folder.write_is_complete() and not overwrite else \
+            "run the same command again"  # a complete conversion is refused without --overwrite
+        raise error.then(f"{again}: {folder.as_left(existed)}") from error
     return ConversionReport(*classes, out, copied)
 
 

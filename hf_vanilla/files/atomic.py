@@ -295,7 +295,8 @@ def held_lock(folder: Path) -> Iterator[None]:
     lock_file = folder.with_name(folder.name + LOCK_SUFFIX)
     lock = FileLock(lock_file, blocking=False)
     try:
-        lock.acquire()
+        with file_step("locking", lock_file):  # a full disk or a permission refuses the lock file too
+            lock.acquire()
     except Timeout:
         raise BlockingIOError(f"{folder} is being written by another process") from None
     try:

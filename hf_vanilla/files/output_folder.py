@@ -17,7 +17,11 @@ How it holds:
   (:class:`UntrustedRecordError`), never trusted nor rewritten, and nothing is deleted. A recorded file whose
   content no longer matches its seal was changed after hf_vanilla wrote it: nothing replaces, moves or deletes it
   (:class:`ChangedFileError`), and a push refuses to publish it unless told to (``--allow-changed``). A record of
-  an hf_vanilla before seals (a plain list of names) is read as names without seals: trusted by name, as it was.
+  an hf_vanilla before seals (a plain list of names), and a run such an hf_vanilla wrote that ``--resume`` adopts,
+  name files nothing can vouch for: they stay listed under ``older`` until this hf_vanilla writes and seals them,
+  and are the user's unless proven the run's. One that a write replaces is kept first, moved aside to a name the
+  warning prints (:meth:`OutputFolder.claim`); deleting one (``--overwrite``, rotation) is refused naming the
+  ``mv`` that keeps it. An unsealed entry outside ``older`` is this hf_vanilla's own write in flight, or cut short.
 - The folder itself is never renamed, exchanged or deleted while it holds anything: files are staged in a hidden
   folder inside it and moved in one by one (each ``os.replace`` is atomic). So a symlinked ``--output-dir``
   stays a link and the files land in its target, and the user's files beside ours stay where they are.
@@ -107,7 +111,8 @@ DECLARED_NAMES = {
     "experiments": re.compile(r"[\w-]+\.(png|md|json)"),
 }
 
-#: Kinds whose unsealed entries are trusted by name: their names are a fixed set (a conversion's are not).
+#: Kinds whose unsealed entries this hf_vanilla declared are trusted by name (a write in flight, or killed before
+#: its seal): their names are a fixed set (a conversion's are not). An older hf_vanilla's entries never are.
 NAMED_KINDS = ("run", "experiments")
 
 #: Kinds each write adds its own names to (one experiment's figure beside another's): writing one of these folders
@@ -175,6 +180,11 @@ class OutputFolder:
         return self._committed
 
     @property
+    def created(self) -> bool:
+        """Whether this write created the folder (it did not exist when :meth:`locked` began)."""
+        return self._created
+
+    @property
     def replaced(self) -> Path:
         """Where ``--overwrite`` keeps the previous write's own files until :meth:`commit` or :meth:`undo`."""
         return self.path / REPLACED
@@ -213,12 +223,20 @@ class OutputFolder:
         wanted = files if names is None else [name for name in names if name in files]
         return sorted(name for name in wanted if files[name] is None and os.path.lexists(self.path / name))
 
-    def _refuse_changed(self, names: Iterable[str], doing: str) -> None:
+    def older(self, names: Iterable[str] | None = None) -> list[str]:
+        """The recorded names (all, or those of ``names``) that exist as an older hf_vanilla wrote them, unsealed
+        (its record's plain list, or a run adopted by --resume): the user's unless proven the run's."""
+        older = (self.record() or {"older": []})["older"]
+        wanted = older if names is None else [name for name in names if name in older]
+        return sorted(name for name in wanted if os.path.lexists(self.path / name))
+
+    def _refuse_changed(self, names: Iterable[str], doing: str, *, older: bool = True) -> None:
         """Refuse to ``doing`` (replace, move aside, delete) any of ``names`` that changed since hf_vanilla
-        wrote it, or (in a folder whose names are not a fixed set) that it cannot tell it wrote."""
+        wrote it, or that it cannot tell it wrote: an older hf_vanilla's (unless ``older`` is False: the caller
+        keeps those aside), or any unsealed one in a folder whose names are not a fixed set."""
         names = list(names)
         changed = self.changed(names)
-        unknown = [] if self.kind in NAMED_KINDS else self.unsealed(names)
+        unknown = self.unsealed(names) if self.kind not in NAMED_KINDS else self.older(names) if older else []
         if not changed and not unknown:
             return
         said = [f"{', '.join(changed)} changed since hf_vanilla wrote {'it' if len(changed) == 1 else 'them'} "
@@ -293,7 +311,9 @@ class OutputFolder:
         if record is not None and self.kind in ADDED_TO:
             return  # each write claims its own names; a user's file of the same name is refused then
         if record is None and resume and self.kind == "run" and (names := self._older_run_files()):
-            self._write_record(dict.fromkeys(names))  # adopted: every file in it is one an older hf_vanilla's run writes
+            # adopted: every file in it is one an older hf_vanilla's run writes; none is sealed, so each that the
+            # resumed run writes again is kept under a printed name first (claim)
+            self._write_record(dict.fromkeys(names), older=names)
             return
         if record is None:
             raise FileExistsError(self._not_ours_message(overwrite=overwrite, resume=resume))
@@ -301,7 +321,7 @@ class OutputFolder:
             self._refuse_changed([path.name for path in self.own_files()], "replace")
         if resume:  # a resumed run writes its model, tokenizer, records and card again; its checkpoints it only adds
             self._refuse_changed([path.name for path in self.own_files() if not CHECKPOINT.fullmatch(path.name)],
-                                 "replace")
+                                 "replace", older=False)  # an older hf_vanilla's are kept aside as they are replaced
         if not (overwrite or resume):
             how = "pass --resume to continue it, or --overwrite to start again" if self.kind == "run" else \
                 "pass --overwrite to replace it"
@@ -368,7 +388,12 @@ class OutputFolder:
             self.path.mkdir(parents=True, exist_ok=True)
         lock_file = self.path / LOCK
         lock = _file_lock(lock_file)
-        if not _try_acquire(lock):
+        try:
+            acquired = _try_acquire(lock)
+        except OSError:  # the system refused the lock file (a full disk, a permission): nothing was written
+            self._remove_if_created()
+            raise
+        if not acquired:
             raise FolderBusyError(self._busy_message(_holder(lock_file)))
         try:
             yield self
@@ -378,9 +403,39 @@ class OutputFolder:
             with contextlib.suppress(OSError):
                 lock_file.unlink()
             lock.release()
-            if self._created:
-                with contextlib.suppress(OSError):  # not empty: something was written, and it stays
-                    self.path.rmdir()
+            self._remove_if_created()
+
+    def _remove_if_created(self) -> None:
+        if self._created:
+            with contextlib.suppress(OSError):  # not empty: something was written, and it stays
+                self.path.rmdir()
+
+    def as_left(self, existed: bool) -> str:
+        """What the folder is after a write into it failed and undid what it could, said truly (the end of the
+        sentence that names the next command): put back by its journal first, as found, not created, or as found
+        but for bookkeeping of ours the system would not let the write remove (the next command clears it)."""
+        if self.write_is_complete():
+            return (f"{self.path} holds this command's complete write, and that command first deletes what it "
+                    f"replaced (kept in {REPLACED}/; its journal says so)")
+        if (self.path / JOURNAL).exists():  # the undo failed too: the next command's recovery finishes it first
+            return f"it first puts {self.path} back as this command found it (its journal says how)"
+        if not existed and not os.path.lexists(self.path):
+            return f"{self.path} was not created"
+        left = self._left_behind()
+        why = "(hf_vanilla's bookkeeping, which the system would not let it remove: that command clears it)"
+        if not existed:
+            return f"{self.path} was created and holds only {', '.join(left) or 'nothing'} {why}"
+        return f"{self.path} is as this command found it" + (f" but for {', '.join(left)} {why}" if left else "")
+
+    def write_is_complete(self) -> bool:
+        """Whether the journal left here says its write had committed: only deleting what it replaced is left."""
+        journal = self._journal()
+        return journal is not None and (journal["phase"] == DISCARDING or self._committed_by_rename(journal))
+
+    def _left_behind(self) -> list[str]:
+        """hf_vanilla's bookkeeping at the folder's top besides its record: its lock, work folders, temporary files."""
+        return sorted({p.name for p in self.path.iterdir() if _is_ours_by_name(p.name) and p.name != RECORD}
+                      | {p.name for p in self._stray_temporaries()})
 
     def _busy_holder(self) -> str | None:
         """The pid of the process holding this folder's lock now, or None when nobody does."""
@@ -485,9 +540,11 @@ class OutputFolder:
         names, previous = journal["names"], journal["record"]
         if self._committed_by_rename(journal):
             journal = self._write_journal(DISCARDING, names, previous)
-        if journal["phase"] == DISCARDING:
-            _remove(self.replaced)
-            (self.path / JOURNAL).unlink(missing_ok=True)
+        if journal["phase"] == DISCARDING:  # said step by step: a committed write's failure here names what is left
+            with file_step("deleting what it replaced, in", self.replaced):
+                _remove(self.replaced)
+            with file_step("deleting its journal", self.path / JOURNAL):
+                (self.path / JOURNAL).unlink(missing_ok=True)
             return
         if journal["phase"] == NEW:
             for path in self.own_files():
@@ -566,16 +623,18 @@ class OutputFolder:
     # ------------------------------------------------------------------------------------------
     # Writing into it
 
-    def add(self, names: Iterable[str]) -> None:
+    def add(self, names: Iterable[str], settled: Iterable[str] = ()) -> None:
         """Record ``names`` as files hf_vanilla writes here (before writing them: a kill never leaves one of ours
-        unrecorded)."""
+        unrecorded); those of ``settled`` are no longer an older hf_vanilla's (kept aside: the name is this
+        write's)."""
         names = set(names)
         if strays := sorted(name for name in names if not _plain_name(name)):
             raise ValueError(f"cannot record {strays} in {self.path}: only plain names of files in it")
         record = self.record() or {"files": {}}
         files = {**record["files"], **dict.fromkeys(names)}  # sealed once written (seal)
-        if files != record["files"] or record.get("kind") != self.kind:
-            self._write_record(files)
+        older = set(record.get("older", ())) - set(settled)
+        if files != record["files"] or record.get("kind") != self.kind or older != set(record.get("older", ())):
+            self._write_record(files, older)
 
     def claim(self, names: Iterable[str]) -> None:
         """Record ``names`` as files hf_vanilla is about to write here, refusing (before anything is recorded or
@@ -587,8 +646,14 @@ class OutputFolder:
             raise FileExistsError(f"{', '.join(taken)} in {self.path} {'is' if len(taken) == 1 else 'are'} not "
                                   "hf_vanilla's own (or a symbolic link), and hf_vanilla replaces only files it "
                                   "wrote: move them elsewhere, then run the same command again")
-        self._refuse_changed([name for name in names if os.path.lexists(self.path / name)], "replace")
-        self.add(names)  # a name of ours written again (a resumed run re-saving a torn file) is this write's
+        self._refuse_changed([name for name in names if os.path.lexists(self.path / name)], "replace", older=False)
+        older = self.older(names)  # nothing vouches for them: kept, never replaced
+        for name in older:
+            kept = self._keep_aside(name, "older")
+            logger.warning("%s was recorded by an older hf_vanilla without a seal, so nothing tells it is the run's "
+                           "and not yours: kept as %s, yours now; a new %s takes its name", self.path / name, kept,
+                           name)
+        self.add(names, settled=older)  # a name of ours written again (a resumed run re-saving a torn file) is this write's
 
     def seal(self, names: Iterable[str]) -> None:
         """Record the size and sha256 of ``names`` as they are now: called by the code that has just written them
@@ -599,7 +664,7 @@ class OutputFolder:
             if name not in files:
                 raise ValueError(f"{name} is not recorded in {self.path / RECORD}: declare it before writing it")
             files[name] = digest(self.path / name)
-        self._write_record(files)
+        self._write_record(files, record.get("older", ()))
 
     @contextlib.contextmanager
     def writing(self, name: str) -> Iterator[Path]:
@@ -657,12 +722,17 @@ class OutputFolder:
         name: it is the user's from then on (unrecorded), nothing of it is lost. Returns where it went, or None."""
         if not self.changed([name]):
             return None
-        kept = next(self.path / f"{name}.changed-{n}" for n in range(1, 10_000)
-                    if not os.path.lexists(self.path / f"{name}.changed-{n}"))
-        with file_step("moving aside", self.path / name):
-            os.replace(self.path / name, kept)
+        kept = self._keep_aside(name, "changed")
         logger.warning("%s changed since hf_vanilla wrote it (its seal no longer matches): kept as %s, which is yours "
                        "now; a new %s takes its name", self.path / name, kept, name)
+        return kept
+
+    def _keep_aside(self, name: str, why: str) -> Path:
+        """Move ``name`` to the first free ``<name>.<why>-N`` beside it (one rename); where it went."""
+        kept = next(self.path / f"{name}.{why}-{n}" for n in range(1, 10_000)
+                    if not os.path.lexists(self.path / f"{name}.{why}-{n}"))
+        with file_step("moving aside", self.path / name):
+            os.replace(self.path / name, kept)
         return kept
 
     def remove(self, name: str) -> None:
@@ -676,7 +746,7 @@ class OutputFolder:
         self._refuse_changed([name], "delete")
         doomed = self._move_away(name)
         record = self.record() or {"files": {}}
-        self._write_record({key: seal for key, seal in record["files"].items() if key != name})
+        self._write_record({key: seal for key, seal in record["files"].items() if key != name}, record.get("older", ()))
         _remove(doomed)
 
     def _move_away(self, name: str) -> Path:
@@ -747,9 +817,12 @@ class OutputFolder:
             if TEMPORARY.fullmatch(temporary.name):
                 _remove(temporary)
 
-    def _write_record(self, files: dict[str, dict[str, Any] | None]) -> None:
-        atomic_write_json(self.path / RECORD, {"written_by": "hf_vanilla", "kind": self.kind,
-                                               "files": dict(sorted(files.items()))})
+    def _write_record(self, files: dict[str, dict[str, Any] | None], older: Iterable[str] = ()) -> None:
+        """The record: ``files`` and, of ``older`` (an older hf_vanilla's names), those still unsealed."""
+        record: dict[str, Any] = {"written_by": "hf_vanilla", "kind": self.kind, "files": dict(sorted(files.items()))}
+        if still := sorted(name for name in set(older) if name in files and files[name] is None):
+            record["older"] = still
+        atomic_write_json(self.path / RECORD, record)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -778,11 +851,14 @@ def _validated(record: Any) -> tuple[str | None, dict[str, Any]]:
     """(what is wrong with a record read from disk, or None; the record with ``files`` as a dict of seals)."""
     if not isinstance(record, dict):
         return "no list of files", {}
-    files = record.get("files")
+    files, older = record.get("files"), record.get("older", [])
     if isinstance(files, list) and all(isinstance(name, str) for name in files):
-        files = dict.fromkeys(files)  # an hf_vanilla before seals: names alone
+        files, older = dict.fromkeys(files), files  # an hf_vanilla before seals: names alone
     if not isinstance(files, dict):
         return "no list of files", record
+    if not isinstance(older, list) or any(not isinstance(name, str) or files.get(name, 0) is not None
+                                          for name in older):
+        return "an \"older\" list naming other than its unsealed entries", record
     if strays := sorted(name for name in files if not _plain_name(name)):
         return f"names {strays} that are not files in the folder", record
     kind = record.get("kind")
@@ -792,7 +868,7 @@ def _validated(record: Any) -> tuple[str | None, dict[str, Any]]:
         return f"names {undeclared} that {KINDS[kind][0]} never holds", record
     if unsealed := sorted(name for name, seal in files.items() if seal is not None and not _is_seal(seal)):
         return f"entries {unsealed} without a valid size and sha256", record
-    return None, {**record, "files": files}
+    return None, {**record, "files": files, "older": sorted(older)}
 
 
 def _record_text_is_valid(text: str, kind: str) -> bool:
@@ -863,7 +939,8 @@ def _file_lock(path: Path) -> Any:
 
 def _try_acquire(lock: Any) -> bool:
     try:
-        lock.acquire()
+        with file_step("locking the folder with", lock.lock_file):
+            lock.acquire()
     except Timeout:
         return False
     return True

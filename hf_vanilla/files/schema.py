@@ -36,11 +36,16 @@ class Seal(TypedDict):
     sha256: str
 
 
-class RecordFile(TypedDict):
-    """``.hf_vanilla.json``: the files hf_vanilla wrote into a folder (a plain list of names before seals)."""
-
+class _Record(TypedDict):
     kind: str
     files: dict[str, Seal | None] | list[str]
+
+
+class RecordFile(_Record, total=False):
+    """``.hf_vanilla.json``: the files hf_vanilla wrote into a folder (a plain list of names before seals), and
+    those of them an older hf_vanilla wrote, unsealed."""
+
+    older: list[str]
 
 
 class _Journal(TypedDict):

@@ -29,7 +29,7 @@ from .. import modeling_vanilla
 from ..checkpoint import ensure_code_files, shipped_auto_map, weight_files
 from ..configuration_vanilla import VanillaConfig
 from ..files.atomic import FileOperationError, clear_disk_errors
-from ..files.output_folder import JOURNAL, OutputFolder
+from ..files.output_folder import OutputFolder
 from ..presets import PRESETS, preset_fields
 from ..tasks import Task, get_task
 from . import rundir
@@ -138,10 +138,7 @@ def after_failure(folder: OutputFolder, resumed: bool, resume_command: str | Non
     last = newest_checkpoint(folder.path) if resumed or folder.committed else None
     if last is not None:
         return f"{how_to_resume(resume_command)}: it continues from {Path(last).name}"
-    if (folder.path / JOURNAL).exists():  # the undo failed too: the next command's recovery finishes it first
-        return ("run the same command again: it first puts the folder back as this command found it (its journal "
-                "says how), then starts again")
-    return "run the same command again: the folder is as this command found it"
+    return f"run the same command again: {folder.as_left(existed=not folder.created)}"
 
 
 def run_in_folder(task: Task, folder: OutputFolder, opts: TrainOptions, extra_callbacks: list,

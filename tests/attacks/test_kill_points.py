@@ -13,8 +13,10 @@ checkpoint's placement and removal, and the operation after each); ``-m slow`` k
 
 from __future__ import annotations
 
+import builtins
 import errno
 import gc
+import io
 import json
 import os
 import re
@@ -27,7 +29,7 @@ import pytest
 import hf_vanilla  # noqa: F401  (registers the Auto classes)
 from hf_vanilla import training as T
 from hf_vanilla.convert import convert_checkpoint
-from hf_vanilla.files.output_folder import JOURNAL, RECORD, REPLACED, OutputFolder, own_files
+from hf_vanilla.files.output_folder import JOURNAL, LOCK, RECORD, REPLACED, OutputFolder, own_files
 from tests.attacks.test_folders import snapshot
 from tests.attacks.test_journal import FILE_OPERATIONS, Killed
 from tests.test_train import TINY, corpus, text_files  # noqa: F401  (corpus is a fixture)
@@ -129,8 +131,8 @@ def users_state(folder: Path, outside: Path) -> dict:
 
 
 def no_bookkeeping_left(folder: Path) -> None:
-    left = [p.name for p in folder.iterdir() if p.name in (JOURNAL, REPLACED) or p.name.startswith(".hf_vanilla-fresh")
-            or p.name.endswith(".tmp")]
+    left = [p.name for p in folder.iterdir() if p.name in (JOURNAL, REPLACED, LOCK)
+            or p.name.startswith(".hf_vanilla-fresh") or p.name.endswith(".tmp")]
     assert not left, f"left in {folder} after the next command: {left}"
 
 
@@ -283,128 +285,235 @@ def test_convert_killed_at_every_operation_is_taken_up_by_the_next_command(kind,
     assert convert_sweep(kind, native, tmp_path, every=True) > 5
 
 
+
 # ----------------------------------------------------------------------------------------------
-# A full disk or a refused permission at a file operation (issue 41.6)
+# A full disk or a refused permission at a file operation (issues 41.6, 50)
 
-#: The operations a full disk or a read-only folder refuses (removals still work).
-WRITES = [(os, "replace"), (os, "rename"), (os, "mkdir")]
+#: What each refusal of the system refuses: a full disk, whatever writes (removals still work, and it stays full
+#: while the command runs, its undo included); a permission taken away (the folder made read-only), every change.
+WRITING = frozenset({"replace", "rename", "mkdir", "link", "open"})
+REFUSES = {errno.ENOSPC: WRITING, errno.EACCES: WRITING | {"unlink", "remove", "rmdir", "rmtree"}}
+
+#: The operations watched: the kill tests', and opening a file to write it (``os.open``: tempfile's and the
+#: locks'; ``open``: every writer's in Python, the Trainer's JSON included).
+WATCHED = [*FILE_OPERATIONS, (os, "open"), (builtins, "open"), (io, "open")]
 
 
-def refused_from(n: int, code: int, action: Callable[[], object]) -> tuple[list[str], BaseException | None]:
-    """Run ``action`` with its n-th write (a rename or a mkdir) refused by the system with ``code``, and every later
-    one too (a full disk stays full while the command runs, its undo included). The names of the entries the first
-    refused write acted on, and the error the action ended with (None if it finished)."""
-    count, first = 0, []
+def opens_to_write(args: tuple, kwargs: dict) -> bool:
+    mode = args[1] if len(args) > 1 else kwargs.get("flags", kwargs.get("mode", "r"))
+    if isinstance(mode, int):  # os.open's flags
+        return bool(mode & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
+    return any(letter in mode for letter in "wax+")
+
+
+def changed_paths(name: str, args: tuple, kwargs: dict) -> list[str]:
+    """The paths an operation changes (none for an ``open`` to read, or one relative to a folder descriptor)."""
+    if "dir_fd" in kwargs or (name == "open" and not opens_to_write(args, kwargs)):
+        return []
+    return [os.path.abspath(os.fsdecode(arg)) for arg in args[:1 if name == "open" else 2]
+            if isinstance(arg, str | bytes | os.PathLike)]
+
+
+def under_refusal(code: int, inside: Path, action: Callable[[], object], n: int | None = None
+                  ) -> tuple[list[str], list[str], BaseException | None]:
+    """Run ``action`` with the n-th operation inside ``inside`` that ``code`` refuses (:data:`REFUSES`) refused by
+    the system, and every later one too (None: none refused). The refusable operations done or refused in order
+    (``"name path"``), the names of the entries the refused ones acted on, and the error ``action`` ended with."""
+    seen: list[str] = []
+    refused: list[str] = []
 
     def refusing(name, operation):
         def call(*args, **kwargs):
-            nonlocal count
-            count += 1
-            if name == "mkdir" and os.path.lexists(args[0]):
-                return operation(*args, **kwargs)  # the system says it exists before it looks at free space
-            if count >= n:
-                paths = [arg for arg in args[:2] if isinstance(arg, str | bytes | os.PathLike)]
-                first[:] = first or [Path(os.fsdecode(path)).name for path in paths]
-                raise OSError(code, os.strerror(code), os.fsdecode(args[0]))
-            return operation(*args, **kwargs)
+            paths = changed_paths(name, args, kwargs)
+            if name not in REFUSES[code] or not paths or not any(Path(p).is_relative_to(inside) for p in paths) \
+                    or (name == "mkdir" and os.path.lexists(args[0])):  # "exists" comes before free space
+                return operation(*args, **kwargs)
+            seen.append(f"{name} {paths[0]}")
+            if n is None or len(seen) < n:
+                return operation(*args, **kwargs)
+            refused.extend(Path(path).name for path in paths)
+            if name == "rmtree" and (kwargs.get("ignore_errors") or (len(args) > 1 and args[1] is True)):
+                return None  # nothing removed, nothing said
+            raise OSError(code, os.strerror(code), paths[0])
         return call
 
     with pytest.MonkeyPatch.context() as patch:
-        for module, name in WRITES:
+        for module, name in WATCHED:
             patch.setattr(module, name, refusing(name, getattr(module, name)))
         try:
             action()
         except Exception as error:  # noqa: BLE001  (what the command ended with is what is checked)
-            gc.collect()
-            return first, error
-    return first, None
+            gc.collect()  # the failed writer's lock objects go, as a process's do when it exits
+            return seen, refused, error
+    gc.collect()
+    return seen, refused, None
 
 
-def write_points(action: Callable[[], object], patterns: list[str]) -> list[int]:
-    """The 1-based indexes among ``action``'s writes of the first write matching each pattern (that one occurs in
-    this flow), and the first."""
-    writes = [f"{name} {path}" for name, path in operations(action) if name in {name for _, name in WRITES}]
-    found = [next((i for i, op in enumerate(writes, 1) if re.search(p, op)), None) for p in patterns]
-    points = sorted({1, *(i for i in found if i is not None)})
-    assert len(points) >= 3, writes
-    return points
+def telling_points(seen: list[str], patterns: list[str]) -> list[int]:
+    """The 1-based indexes among refusable operations ``seen`` of the first matching each pattern, and the first."""
+    found = [next((i for i, op in enumerate(seen, 1) if re.search(p, op)), None) for p in patterns]
+    return sorted({1, *(i for i in found if i is not None)})
 
 
-def said_in_one_sentence(first: list[str], error: BaseException, code: int) -> str:
-    """The refusal names the file the first refused write acted on, how to set it right, and what comes next."""
+def said_in_one_sentence(refused: list[str], error: BaseException, code: int) -> str:
+    """The refusal is one sentence of ours naming a file a refused operation acted on (or the helper beside it),
+    how to set it right, and what comes next."""
     from hf_vanilla.errors import sentence
     from hf_vanilla.files.atomic import FileOperationError
 
     said = sentence(error)
     assert isinstance(error, FileOperationError), f"{type(error).__name__}: {said}"
-    helper = all(name.startswith(".") for name in first) and re.search(r"(temporary file|staging folder) beside", said)
-    assert said.startswith(os.strerror(code)) and (any(name in said for name in first) or helper), (first, said)
+    helper = re.search(r"(temporary file|staging folder|work folder) beside", said)
+    assert said.startswith(os.strerror(code)) and (any(name in said for name in refused) or helper), (refused, said)
     assert ("free some space, then " if code == errno.ENOSPC else "make it writable, then ") in said, said
     return said
 
 
-@pytest.mark.parametrize(("flow", "code"), [
-    pytest.param("new", errno.ENOSPC, id="new-ENOSPC", marks=pytest.mark.slow),  # 30 s: five runs, each run twice
-    pytest.param("overwrite", errno.EACCES, id="overwrite-EACCES"),  # 10 s: the default run's one train case
-    pytest.param("resume", errno.ENOSPC, id="resume-ENOSPC", marks=pytest.mark.slow)])
-def test_train_refused_by_the_system_says_what_failed_first_and_the_next_command_does_it(
-        flow, code, templates, tmp_path, no_fsync):
+def true_of_the_folder(said: str, folder: Path, before: dict | None) -> None:
+    """What the sentence says of the folder as the command left it (put back first, not created, created holding
+    only bookkeeping, as found but for bookkeeping) is what the folder holds (``before``: as the command found it)."""
+    now = snapshot(folder) if folder.exists() else None
+    if "first puts" in said or "first deletes what it replaced" in said:  # the journal says which
+        journal = json.loads((folder / JOURNAL).read_text())
+        committed = journal["phase"] == "discarding" or (folder / journal.get("committing_by", "\0")).is_dir()
+        assert committed == ("complete write" in said), (said, journal)
+        if committed:
+            assert all((folder / name).exists() for name in json.loads((folder / RECORD).read_text())["files"]), said
+    elif "was not created" in said:
+        assert now is None, said
+    elif (created := re.search(r"was created and holds only (.+?) \(hf_vanilla's bookkeeping", said)) is not None:
+        holds = sorted({name.split("/")[0] for name in now or {}})
+        assert before is None and holds == ([] if created.group(1) == "nothing" else created.group(1).split(", ")), said
+    else:
+        found = re.search(r"is as this command found it(?: but for (.+?) \(hf_vanilla's bookkeeping)?", said)
+        assert found is not None, said
+        left = found.group(1).split(", ") if found.group(1) else []
+        assert all(name.startswith(".") for name in left), said
+
+        def besides(state):
+            return None if state is None else \
+                {key: value for key, value in state.items() if key.split("/")[0] not in left}
+        assert besides(now) == besides(before), said
+
+
+def sweep(points: list[int], tmp_path: Path, label: str, check: Callable[[int, Path], None]) -> int:
+    """``check(n, folder)`` at every point, each in a folder of its own; all it found false (not only the first) is
+    one failure, a line a point. Returns how many points were checked."""
+    found = []
+    for n in points:
+        where = tmp_path / f"{label}-{n}"
+        try:
+            check(n, where)
+        except AssertionError as problem:
+            found.append(f"at refused operation {n}: {problem}")
+        finally:
+            shutil.rmtree(where, ignore_errors=True)
+    assert not found, f"{len(found)} of {len(points)} points of {label}:\n" + "\n".join(found)
+    return len(points)
+
+
+#: Where the default run refuses, per train flow: the journal, the tokenizer, the first checkpoint, run.json, and
+#: after the first checkpoint (issue 50.7) the last checkpoint's placement and the curves at the end.
+TELLING_REFUSALS = [r"hf_vanilla-journal\.json\..*\.tmp", r"\.tokenizer\.json\..*\.tmp|fresh-\w*Tokenizer",
+                    r"fresh-checkpoint-\d+/checkpoint", r"run\.json\..*\.tmp", r"fresh-checkpoint-4/checkpoint",
+                    r"curves\.png"]
+
+
+def check_train_refusal(flow: str, code: int, n: int, templates, where: Path) -> None:
+    """The train command of ``flow`` refused at its n-th refusable operation: its sentence is true of the folder as
+    it left it, and the command it names (once the disk has room again) finishes the run; the user's files stay."""
+    _, base = templates
+    options = dict(base, **FLOWS[flow])
+    run_dir, outside = prepare(flow, templates, where)
+    users = users_state(run_dir, outside) if run_dir.exists() else None
+    before = snapshot(run_dir) if run_dir.exists() else None
+    _, refused, error = under_refusal(code, where, lambda: T.train("clm", run_dir, **options), n)
+    if error is None:  # only refused cleanups (a permission): the run finished all the same
+        assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
+        return
+    said = said_in_one_sentence(refused, error, code)
+    if (resumed := re.search(r"it continues from (checkpoint-\d+)", said)) is not None:
+        assert resumed.group(1) in visible_checkpoints(run_dir), said
+        T.train("clm", run_dir, **dict(options, resume=True))
+        assert Path(json.loads((run_dir / "run.json").read_text())["resumed_from"]).name == resumed.group(1), said
+    else:
+        assert "run the same command again" in said, said
+        true_of_the_folder(said, run_dir, before)
+        T.train("clm", run_dir, **options)
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "completed", said
+    if users is not None:
+        assert users_state(run_dir, outside) == users, said
+    no_bookkeeping_left(run_dir)
+
+
+def train_refusal_sweep(flow: str, code: int, templates, tmp_path: Path, every: bool) -> int:
     _, base = templates
     options = dict(base, **FLOWS[flow])
     probe, _ = prepare(flow, templates, tmp_path / "probe")
-    points = write_points(lambda: T.train("clm", probe, **options), [
-        r"hf_vanilla-journal\.json\..*\.tmp", r"\.tokenizer\.json\..*\.tmp|fresh-\w*Tokenizer",
-        r"fresh-checkpoint-\d+/checkpoint", r"run\.json\..*\.tmp",
-        # after the first checkpoint (issue 50.7): the second checkpoint's placement, and the curves at the end
-        rf"fresh-checkpoint-{options['max_steps']}/checkpoint", r"curves\.png"])
-    for n in points:
-        run_dir, outside = prepare(flow, templates, tmp_path / f"{flow}-{n}")
-        users = users_state(run_dir, outside) if run_dir.exists() else None
-        before = snapshot(run_dir) if run_dir.exists() else None
-        first, error = refused_from(n, code, lambda: T.train("clm", run_dir, **options))  # noqa: B023
-        said = said_in_one_sentence(first, error, code)
-        if (resumed := re.search(r"it continues from (checkpoint-\d+)", said)) is not None:
-            assert resumed.group(1) in visible_checkpoints(run_dir), f"{n}: {said}"
-            T.train("clm", run_dir, **dict(options, resume=True))
-            assert Path(json.loads((run_dir / "run.json").read_text())["resumed_from"]).name == resumed.group(1)
-        else:
-            assert "run the same command again" in said, said
-            if "is as this command found it" in said:  # true of the whole folder, as the command left it
-                assert (snapshot(run_dir) if run_dir.exists() else None) == before, f"{n}: {said}"
-            T.train("clm", run_dir, **options)
-        assert json.loads((run_dir / "run.json").read_text())["status"] == "completed", f"{n}: {said}"
-        if users is not None:
-            assert users_state(run_dir, outside) == users, f"{n}: {said}"
-        no_bookkeeping_left(run_dir)
-        shutil.rmtree(run_dir.parent)
+    seen, _, _ = under_refusal(code, tmp_path / "probe", lambda: T.train("clm", probe, **options))
+    points = list(range(1, len(seen) + 1)) if every else telling_points(seen, TELLING_REFUSALS)
+    return sweep(points, tmp_path, flow, lambda n, where: check_train_refusal(flow, code, n, templates, where))
 
 
-@pytest.mark.parametrize(("kind", "code"), [("overwrite", errno.ENOSPC), ("new", errno.EACCES)],
-                         ids=["overwrite-ENOSPC", "new-EACCES"])
-@pytest.mark.parametrize("every", [pytest.param(False, id="sampled"), pytest.param(True, id="every",
-                                                                                   marks=pytest.mark.slow)])
-def test_convert_refused_by_the_system_at_any_write_says_so_and_the_next_command_does_it(
+REFUSED_FLOWS = [(flow, code) for flow in ("new", "overwrite", "resume") for code in REFUSES]
+
+
+@pytest.mark.parametrize(("flow", "code"), [("overwrite", errno.EACCES)], ids=["overwrite-EACCES"])  # ``-m slow``: all
+def test_train_refused_by_the_system_says_what_failed_and_the_next_command_does_it(flow, code, templates, tmp_path,
+                                                                                      no_fsync):
+    """The default run's sample (:data:`TELLING_REFUSALS`, the lock first): one sentence each, true of the folder as
+    left (the lock and the journal's temporary file a read-only folder keeps are named), the next command works."""
+    assert train_refusal_sweep(flow, code, templates, tmp_path, every=False) >= 3
+
+
+@pytest.mark.slow  # every refusable operation of three flows, two refusals: about 1,000 runs
+@pytest.mark.parametrize(("flow", "code"), [pytest.param(flow, code, id=f"{flow}-{errno.errorcode[code]}")
+                                            for flow, code in REFUSED_FLOWS])
+def test_train_refused_at_every_operation_says_what_is_true_and_the_next_command_does_it(
+        flow, code, templates, tmp_path, no_fsync):
+    assert train_refusal_sweep(flow, code, templates, tmp_path, every=True) > 40
+
+
+def check_convert_refusal(kind: str, code: int, n: int, native: Path, where: Path) -> None:
+    overwrite = kind == "overwrite"
+    out, outside = prepare_conversion(kind, native, where)
+    before = snapshot(out) if out.exists() else None
+    _, refused, error = under_refusal(code, where, lambda: convert_checkpoint(native, out, overwrite=overwrite), n)
+    if error is None:
+        assert (out / "model.safetensors").is_file() and OutputFolder(out).changed() == []
+        return
+    said = said_in_one_sentence(refused, error, code)
+    assert "run the same command again" in said or "run the same command with --overwrite" in said, said
+    true_of_the_folder(said, out, before)
+    convert_checkpoint(native, out, overwrite=overwrite or "with --overwrite" in said)  # the command it names
+    assert (out / "model.safetensors").is_file() and OutputFolder(out).changed() == [], said
+    no_bookkeeping_left(out)
+
+
+#: Where the default run also refuses a conversion, besides every seventh operation: the first lock file, and the
+#: first deletion of its commit (what it replaced, or its journal: the write is complete then).
+TELLING_CONVERSION = [r"^open .*\.lock$", r"^(rmtree|unlink) .*(hf_vanilla-replaced|journal\.json)$"]
+
+#: The conversions the default run samples (about 8 s); ``-m slow`` refuses every operation of every one.
+SAMPLED_CONVERSIONS = [("overwrite", errno.ENOSPC), ("new", errno.EACCES), ("existing-empty", errno.EACCES)]
+
+
+@pytest.mark.parametrize(("kind", "code", "every"), [
+    *(pytest.param(kind, code, False, id=f"sampled-{kind}-{errno.errorcode[code]}")
+      for kind, code in SAMPLED_CONVERSIONS),
+    *(pytest.param(kind, code, True, id=f"every-{kind}-{errno.errorcode[code]}", marks=pytest.mark.slow)
+      for kind in CONVERSIONS for code in REFUSES)])
+def test_convert_refused_by_the_system_at_any_operation_says_so_and_the_next_command_does_it(
         kind, code, every, native, tmp_path, no_fsync):
-    """Every write of a conversion (``-m slow``; the default run every fourth: about 8 s) refused by a full disk or
-    a permission: one sentence naming what failed first, and the command it names puts everything right."""
+    """Every refusable operation of a conversion (``-m slow``; the default run every seventh) refused by a full
+    disk or a permission: one sentence, true of the folder as left, and the command it names puts it right."""
     overwrite = kind == "overwrite"
     probe, _ = prepare_conversion(kind, native, tmp_path / "probe")
-    writes = [op for op in operations(lambda: convert_checkpoint(native, probe, overwrite=overwrite))
-              if op[0] in {name for _, name in WRITES}]
-    for n in range(1, len(writes) + 1, 1 if every else 4):
-        out, outside = prepare_conversion(kind, native, tmp_path / f"{kind}-{n}")
-        before = snapshot(out) if overwrite else None
-        first, error = refused_from(n, code, lambda: convert_checkpoint(native, out, overwrite=overwrite))  # noqa: B023
-        said = said_in_one_sentence(first, error, code)
-        assert "run the same command again" in said, said
-        if "is as this command found it" in said:
-            assert snapshot(out) == before, f"{n}: {said}"
-        if "was not created" in said:
-            assert not out.exists(), f"{n}: {said}"
-        convert_checkpoint(native, out, overwrite=overwrite)
-        assert (out / "model.safetensors").is_file() and OutputFolder(out).changed() == [], f"{n}: {said}"
-        no_bookkeeping_left(out)
-        shutil.rmtree(out.parent)
+    seen, _, _ = under_refusal(code, tmp_path / "probe",
+                               lambda: convert_checkpoint(native, probe, overwrite=overwrite))
+    points = list(range(1, len(seen) + 1)) if every else \
+        sorted({*range(1, len(seen) + 1, 7), *telling_points(seen, TELLING_CONVERSION)})
+    sweep(points, tmp_path, kind, lambda n, where: check_convert_refusal(kind, code, n, native, where))
 
 
 def test_convert_into_an_existing_folder_on_a_full_disk_says_the_step_and_the_next_command(native, tmp_path, monkeypatch):
@@ -423,8 +532,7 @@ def test_convert_into_an_existing_folder_on_a_full_disk_says_the_step_and_the_ne
             convert_checkpoint(native, out, overwrite=True)
     said = said_in_one_sentence(["modeling_vanilla.py"], refused.value, errno.ENOSPC)
     assert "free some space, then run the same command again" in said, said
-    if "is as this command found it" in said:
-        assert snapshot(out) == before, said
+    true_of_the_folder(said, out, before)
     convert_checkpoint(native, out, overwrite=True)  # the command it names
     assert (out / "model.safetensors").is_file() and OutputFolder(out).changed() == []
     no_bookkeeping_left(out)

@@ -225,3 +225,39 @@ def test_undoing_an_uncommitted_write_keeps_a_file_of_it_the_user_changed(tmp_pa
         folder.undo()
     assert (folder.path / "README.md.changed-1").read_text() == "# the new run's card\nmy notes\n"
     assert not (folder.path / "README.md").exists() and own_files(folder.path) == []
+
+
+def as_an_older_hf_vanilla_recorded_it(run: Path) -> None:
+    """The run's record as an hf_vanilla before seals wrote it: a plain list of names."""
+    record = json.loads((run / RECORD).read_text())
+    (run / RECORD).write_text(json.dumps({"written_by": "hf_vanilla", "kind": "run", "files": sorted(record["files"])}))
+
+
+def test_an_older_records_unsealed_entries_are_kept_as_the_users_never_deleted_or_replaced(finished, tmp_path):
+    """Issue 50: an entry recorded before seals carries no proof that it is the run's as written. --overwrite and
+    rotation refuse to delete one (one sentence, the ``mv`` that keeps it: that command then works); a resumed run
+    that writes one again keeps it first, moved aside to the name its warning prints."""
+    run = copy_of(finished, tmp_path / "run")
+    as_an_older_hf_vanilla_recorded_it(run)
+    (run / "README.md").write_text((run / "README.md").read_text() + "\nmy notes\n")
+    before = snapshot(run)
+    with pytest.raises(ChangedFileError, match=r"README\.md.* carry no seal in its record .*not replace") as refused:
+        T.train("clm", run, **dict(finished[1], overwrite=True))
+    with pytest.raises(ChangedFileError, match="checkpoint-1 carries no seal"):
+        OutputFolder(run).remove("checkpoint-1")  # what rotation asks; it keeps the checkpoint on this refusal
+    assert snapshot(run) == before
+    assert OutputFolder(run).older() == sorted(p.name for p in own_files(run))
+    resumed = copy_of((run, None), tmp_path / "resumed")
+
+    for mv in the_advised_mv(refused.value):  # the refusal's own command keeps them, then --overwrite works
+        subprocess.run(mv, check=True)
+    T.train("clm", run, **dict(finished[1], overwrite=True))
+    assert "my notes" in (run / "README.md.mine").read_text() and (run / "checkpoint-1.mine").is_dir()
+    assert OutputFolder(run).older() == [] and OutputFolder(run).changed() == []
+
+    T.train("clm", resumed, **dict(finished[1], resume=True, max_steps=3))
+    assert "my notes" in (resumed / "README.md.older-1").read_text()
+    assert "my notes" not in (resumed / "README.md").read_text()
+    own = {p.name for p in own_files(resumed)}
+    assert "README.md.older-1" not in own and "README.md" in own and "README.md" not in OutputFolder(resumed).older()
+    assert OutputFolder(resumed).changed() == []
