@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..files.output_folder import ChangedFileError, OutputFolder
-from .compare import CompareError, Plan, Setting, variant_config
+from .compare import CompareError, Plan, Setting, unscored_lengths, variant_config
 from .report import Files
 from .runner import FINAL, RunSpec, default_workers, run_all
 
@@ -173,7 +173,7 @@ def run_plan(plan: Plan, *, workers: int | None, threads: int, estimate_only: bo
         outcomes = run_all(runs, workers, threads, deadline=deadline, show_progress=show_progress,
                            on_outcome=announcer(len(left), workers))
         where = report.provenance(plan, at_start, workers=workers, threads=threads, wall_time_s=time.time() - start)
-        summary = report.summarise(plan, outcomes, where)
+        summary = report.summarise(plan, outcomes, where, unscored_lengths(plan))
         refuse_changed(folder, written)
         report.write(folder, summary, names)
     unfinished = [name for name, found in outcomes.items() if found["status"] not in FINAL]

@@ -57,6 +57,7 @@ class Metric:
     unit: str
     lower_is_better: bool
     read: Callable[[dict[str, Any]], float | None]
+    factor: int | None = None  # a length-extrapolation metric's multiple of the training length
 
 
 def _loss_at(factor: int) -> Callable[[dict[str, Any]], float | None]:
@@ -71,7 +72,7 @@ def metrics(measures: tuple[str, ...]) -> list[Metric]:
                              lambda found: (found.get("speed") or {}).get("tokens_per_s")))
     if "extrapolation" in measures:
         chosen += [Metric(f"loss_at_{n}x", f"Held-out loss at {n}x the training length", " nats/token", True,
-                          _loss_at(n)) for n in LENGTH_FACTORS]
+                          _loss_at(n), factor=n) for n in LENGTH_FACTORS]
     return chosen
 
 
@@ -124,14 +125,21 @@ def by_seed(plan: Any, outcomes: dict[str, dict[str, Any]], metric: Metric) -> d
     return table
 
 
-def compare_metric(plan: Any, outcomes: dict[str, dict[str, Any]], metric: Metric) -> dict[str, Any]:
-    """Per variant: its interval over seeds and its paired difference to the base (over the seeds both finished)."""
+def compare_metric(plan: Any, outcomes: dict[str, dict[str, Any]], metric: Metric,
+                   unscored: dict[str, dict[int, str]]) -> dict[str, Any]:
+    """Per variant: its interval over seeds and its paired difference to the base (over the seeds both finished);
+    a variant ``unscored`` names at this metric's length factor is "not measured", with why, whatever its runs hold."""
     values = by_seed(plan, outcomes, metric)
+    not_measured = {label: why[metric.factor] for label, why in unscored.items() if metric.factor in why}
+    for label in not_measured:
+        values[label] = {}
     base = values[plan.base.label]
     rows = {}
     for setting in plan.settings:
         mine = values[setting.label]
         row: dict[str, Any] = dict(values=mine, interval=st.interval(list(mine.values())).as_dict() if mine else None)
+        if setting.label in not_measured:
+            row["not_measured"] = not_measured[setting.label]
         paired = sorted(set(mine) & set(base))
         if setting != plan.base and paired:
             difference = st.paired_difference([mine[s] for s in paired], [base[s] for s in paired])
@@ -154,8 +162,10 @@ def seed_band(curves: list[list[tuple[int, float]]]) -> dict[str, list[float]] |
                 seeds=len(curves))
 
 
-def summarise(plan: Any, outcomes: dict[str, dict[str, Any]], where: dict[str, Any]) -> dict[str, Any]:
-    """Everything the report says, as JSON."""
+def summarise(plan: Any, outcomes: dict[str, dict[str, Any]], where: dict[str, Any],
+              unscored: dict[str, dict[int, str]]) -> dict[str, Any]:
+    """Everything the report says, as JSON; ``unscored``: per variant, the length factors its model cannot be scored
+    at, with why (:func:`hf_vanilla.experiments.compare.unscored_lengths`)."""
     curves = {setting.label: seed_band([outcomes[f"{setting.folder}/seed-{s}"]["curve"] for s in range(plan.seeds)
                                         if outcomes.get(f"{setting.folder}/seed-{s}", {}).get("status") == "completed"])
               for setting in plan.settings}
@@ -172,7 +182,7 @@ def summarise(plan: Any, outcomes: dict[str, dict[str, Any]], where: dict[str, A
         held_out=sorted({found.get("held_out_split") for found in outcomes.values() if found.get("held_out_split")}),
         options=plan.options, measures=list(plan.measures), variants=[s.label for s in plan.settings],
         refused={setting.label: why for setting, why in plan.refused}, parameters=parameters,
-        metrics=[compare_metric(plan, outcomes, metric) for metric in metrics(plan.measures)],
+        metrics=[compare_metric(plan, outcomes, metric, unscored) for metric in metrics(plan.measures)],
         curves=curves, runs=runs)
 
 
@@ -196,10 +206,11 @@ def metric_table(metric: dict[str, Any], base: str) -> str:
     for label, row in metric["variants"].items():
         interval, difference = row["interval"], row.get("difference")
         cells = [label + (" (base)" if label == base else ""),
-                 _num(interval["mean"]) if interval else "no completed run", _num(interval and interval["sd"]),
+                 _num(interval["mean"]) if interval else "not measured" if row.get("not_measured") else
+                 "no completed run", _num(interval and interval["sd"]),
                  _interval_text(interval), str(interval["n"]) if interval else "0",
                  _num(difference["mean"]) if difference else "-", _interval_text(difference),
-                 row.get("verdict", "-"), _num(row.get("detectable_at_80_percent"))]
+                 row.get("not_measured") or row.get("verdict", "-"), _num(row.get("detectable_at_80_percent"))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -218,15 +229,23 @@ def perplexity_table(loss: dict[str, Any], base: str) -> str:
 
 
 def extrapolation_table(summary: dict[str, Any]) -> str:
+    """Each variant's loss at every length factor; a length its model cannot be scored at reads "not measured", and
+    why follows the table."""
     by_key = {metric["key"]: metric for metric in summary["metrics"]}
     lines = ["| variant | " + " | ".join(f"{n}x" for n in LENGTH_FACTORS) + " |", "|---" * (len(LENGTH_FACTORS) + 1) + "|"]
+    reasons = {}
     for label in summary["variants"]:
         cells = []
         for n in LENGTH_FACTORS:
-            interval = by_key[f"loss_at_{n}x"]["variants"][label]["interval"]
-            cells.append("n/a" if interval is None else f"{_num(interval['mean'])} ({_interval_text(interval)})")
+            row = by_key[f"loss_at_{n}x"]["variants"][label]
+            interval, why = row["interval"], row.get("not_measured")
+            if why:
+                reasons.setdefault(label, (n, why))
+            cells.append("not measured" if why else "no completed run" if interval is None else
+                         f"{_num(interval['mean'])} ({_interval_text(interval)})")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    notes = [f"- {label}: not measured from {n}x: {why}" for label, (n, why) in reasons.items()]
+    return "\n".join(lines) + "\n" + ("\n" + "\n".join(notes) + "\n" if notes else "")
 
 
 def headline(summary: dict[str, Any]) -> str:
@@ -269,7 +288,7 @@ def markdown(summary: dict[str, Any]) -> str:
     if "extrapolation" in summary["measures"]:
         parts.append("## Length extrapolation: held-out loss at 1x-4x the training length (mean, 95% interval)\n\n"
                      "Every length scores the same tokens (those whose offset is not a multiple of the training "
-                     "length); n/a: beyond the model's position table.\n\n" + extrapolation_table(summary))
+                     "length).\n\n" + extrapolation_table(summary))
         for metric in summary["metrics"]:
             if metric["key"].startswith("loss_at_") and metric["key"] != "loss_at_1x":
                 parts.append(f"### {metric['title']}\n\n" + metric_table(metric, base))
@@ -336,15 +355,17 @@ def draw_extrapolation(summary: dict[str, Any], path: Path) -> None:
     figure = _new_figure(7, 4.5)
     ax = figure.add_subplot(1, 1, 1)
     for label in summary["variants"]:
-        points = [(n, by_key[f"loss_at_{n}x"]["variants"][label]["interval"]) for n in LENGTH_FACTORS]
-        points = [(n, interval) for n, interval in points if interval is not None]
+        rows = [(n, by_key[f"loss_at_{n}x"]["variants"][label]) for n in LENGTH_FACTORS]
+        points = [(n, row["interval"]) for n, row in rows if row["interval"] is not None]
         if not points:
             continue
+        unmeasured = [n for n, row in rows if row.get("not_measured")]
+        legend = f"{label} (not measured from {unmeasured[0]}x)" if unmeasured else label
         factors = [n for n, _ in points]
         means = [interval["mean"] for _, interval in points]
         errors = [[interval["mean"] - interval["low"] if interval["low"] is not None else 0 for _, interval in points],
                   [interval["high"] - interval["mean"] if interval["high"] is not None else 0 for _, interval in points]]
-        ax.errorbar(factors, means, yerr=errors, marker="o", capsize=3, lw=1.5, label=label)
+        ax.errorbar(factors, means, yerr=errors, marker="o", capsize=3, lw=1.5, label=legend)
     ax.set_xticks(list(LENGTH_FACTORS), [f"{n}x" for n in LENGTH_FACTORS])
     _finish(ax, "inference length (multiple of the training length)", "held-out loss, same tokens at every length",
             "Length extrapolation: mean over seeds, 95% interval")
