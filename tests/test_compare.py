@@ -243,6 +243,7 @@ def test_a_killed_experiment_goes_on_and_keeps_what_the_user_edited(tmp_path: Pa
     assert alibi["difference"]["n"] == 2 and alibi["paired_seeds"] == [0, 1]
     text = (out / "compare.md").read_text()
     assert "## Held-out loss" in text and alibi["verdict"] in text and report["provenance"]["commit"] in text
+    assert "; 3 of its 4 runs trained or continued in this sitting" in text
     assert str(tmp_path) not in (out / "README.md").read_text()  # the card names no local path
     for name in ("compare-curves.png", "compare-extrapolation.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -263,3 +264,4 @@ def test_an_experiment_past_its_time_limit_starts_no_run_and_says_so(tmp_path: P
     text = (out / "compare.md").read_text()
     assert text.count(": not started (the experiment's time limit was reached first)") == 4
     assert "| pre (base) | no completed run |" in text and not (out / "runs" / "pre" / "seed-0").exists()
+    assert "; 0 of its 4 runs trained or continued in this sitting" in text

@@ -172,7 +172,8 @@ def run_plan(plan: Plan, *, workers: int | None, threads: int, estimate_only: bo
         deadline = None if time_limit_minutes is None else start + time_limit_minutes * 60
         outcomes = run_all(runs, workers, threads, deadline=deadline, show_progress=show_progress,
                            on_outcome=announcer(len(left), workers))
-        where = report.provenance(plan, at_start, workers=workers, threads=threads, wall_time_s=time.time() - start)
+        where = report.provenance(plan, at_start, workers=workers, threads=threads, wall_time_s=time.time() - start,
+                                  trained=sum(outcomes[spec.name]["status"] != "not started" for spec in left))
         summary = report.summarise(plan, outcomes, where, unscored_lengths(plan))
         refuse_changed(folder, written)
         report.write(folder, summary, names)

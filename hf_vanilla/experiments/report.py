@@ -103,11 +103,12 @@ def machine() -> dict[str, Any]:
                 load_average=[round(x, 2) for x in os.getloadavg()])
 
 
-def provenance(plan: Any, at_start: dict[str, Any], *, workers: int, threads: int, wall_time_s: float
-               ) -> dict[str, Any]:
-    """The exact command, :func:`machine` as it was when the experiment started (the commit that ran), the workers,
-    the load average at the start and the end."""
-    return dict(at_start, command=plan.command, workers=workers, threads_per_worker=threads,
+def provenance(plan: Any, at_start: dict[str, Any], *, workers: int, threads: int, wall_time_s: float,
+               trained: int) -> dict[str, Any]:
+    """The exact command, :func:`machine` as it was when this sitting started (the commit that ran), the workers, the
+    load average at the start and the end, and how many runs this sitting trained or continued (the rest were read
+    back from earlier sittings, whose commit and load their runs' own records hold, or not started)."""
+    return dict(at_start, command=plan.command, workers=workers, threads_per_worker=threads, runs_trained=trained,
                 load_average_at_start=at_start["load_average"],
                 load_average_at_end=[round(x, 2) for x in os.getloadavg()], wall_time_s=round(wall_time_s, 1))
 
@@ -306,7 +307,8 @@ def markdown(summary: dict[str, Any]) -> str:
                  + f"; hf_vanilla {where['hf_vanilla']}, torch {where['torch']}, transformers {where['transformers']}; "
                  f"{where['machine']}, {where['cpus']} CPUs, {where['workers']} workers x {where['threads_per_worker']} "
                  f"threads; load average {where['load_average_at_start']} at the start, {where['load_average_at_end']} "
-                 f"at the end; {where['wall_time_s']} s.\n")
+                 f"at the end; {where['wall_time_s']} s; {where['runs_trained']} of its {len(summary['runs'])} runs "
+                 "trained or continued in this sitting (the others read back from earlier ones or not started).\n")
     return "\n".join(parts)
 
 
