@@ -205,6 +205,10 @@ def test_learned_positions_are_not_measured_past_their_training_length_whatever_
     assert "| learned | 6.5 (" in table and table.count("not measured |") == 3
     assert "- learned: not measured from 2x: learned positions cannot extrapolate" in table
     assert "| learned | not measured |" in report.metric_table(summary["metrics"][2], "rope")
+    # Each model against itself at 1x, seed by seed: rope's loss here is 1 nat higher per step of the factor.
+    growth = report.growth_table(summary)
+    assert "| rope | +1 (1 .. 1): rises | +2 (2 .. 2): rises | +3 (3 .. 3): rises |" in growth
+    assert "| learned | not measured | not measured | not measured |" in growth
 
 
 def wait_for(path: Path, process: subprocess.Popen, seconds: float = 600) -> None:

@@ -153,6 +153,24 @@ def compare_metric(plan: Any, outcomes: dict[str, dict[str, Any]], metric: Metri
                 variants=rows)
 
 
+def growth_from_1x(compared: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per variant and length factor past 1x: the loss there minus the same model's loss at 1x, seed by seed, with
+    its interval and verdict (the extrapolation question itself: does a longer window cost this scheme anything?)."""
+    by_key = {metric["key"]: metric["variants"] for metric in compared}
+    if "loss_at_1x" not in by_key:
+        return {}
+    found: dict[str, dict[str, dict[str, Any]]] = {}
+    for label, at_1x in by_key["loss_at_1x"].items():
+        found[label] = {}
+        for n in (n for n in LENGTH_FACTORS if n != 1):
+            at_n = by_key[f"loss_at_{n}x"][label]["values"]
+            seeds = sorted(set(at_n) & set(at_1x["values"]))
+            if seeds:
+                change = st.paired_difference([at_n[s] for s in seeds], [at_1x["values"][s] for s in seeds])
+                found[label][str(n)] = dict(change.as_dict(), seeds=seeds, verdict=st.verdict(change, " nats/token"))
+    return found
+
+
 def seed_band(curves: list[list[tuple[int, float]]]) -> dict[str, list[float]] | None:
     """Mean, lowest and highest loss over seeds at the steps every seed logged."""
     steps = sorted(set.intersection(*(set(step for step, _ in curve) for curve in curves))) if curves else []
@@ -175,6 +193,7 @@ def summarise(plan: Any, outcomes: dict[str, dict[str, Any]], where: dict[str, A
     parameters = {setting.label: sorted({found["parameters"] for name, found in outcomes.items()
                                          if name.startswith(setting.folder + "/") and found.get("parameters")})
                   for setting in plan.settings}
+    compared = [compare_metric(plan, outcomes, metric, unscored) for metric in metrics(plan.measures)]
     return dict(
         provenance=where, task=plan.task, base=plan.base.label, base_model=plan.base_config_source,
         varied={name: list(vals) for name, vals in plan.varied}, seeds=plan.seeds,
@@ -183,7 +202,7 @@ def summarise(plan: Any, outcomes: dict[str, dict[str, Any]], where: dict[str, A
         held_out=sorted({found.get("held_out_split") for found in outcomes.values() if found.get("held_out_split")}),
         options=plan.options, measures=list(plan.measures), variants=[s.label for s in plan.settings],
         refused={setting.label: why for setting, why in plan.refused}, parameters=parameters,
-        metrics=[compare_metric(plan, outcomes, metric, unscored) for metric in metrics(plan.measures)],
+        metrics=compared, growth_from_1x=growth_from_1x(compared),
         curves=curves, runs=runs)
 
 
@@ -249,6 +268,24 @@ def extrapolation_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n" + ("\n" + "\n".join(notes) + "\n" if notes else "")
 
 
+def growth_table(summary: dict[str, Any]) -> str:
+    """Each variant's loss at 2x-4x minus its own at 1x (seed-paired): mean, 95% interval, and whether it rises."""
+    factors = [n for n in LENGTH_FACTORS if n != 1]
+    words = {"worse": "rises", "better": "falls"}
+    lines = ["| variant | " + " | ".join(f"{n}x - 1x" for n in factors) + " |", "|---" * (len(factors) + 1) + "|"]
+    for label, changes in summary["growth_from_1x"].items():
+        cells = []
+        for n in factors:
+            change = changes.get(str(n))
+            if change is None:
+                cells.append("not measured")
+                continue
+            said = words.get(change["verdict"].split()[0], change["verdict"].replace("difference", "change"))
+            cells.append(f"{change['mean']:+.4g} ({_interval_text(change)}): {said}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def headline(summary: dict[str, Any]) -> str:
     """The answer first: each variant against the base on held-out loss."""
     loss, base = summary["metrics"][0], summary["base"]
@@ -290,6 +327,9 @@ def markdown(summary: dict[str, Any]) -> str:
         parts.append("## Length extrapolation: held-out loss at 1x-4x the training length (mean, 95% interval)\n\n"
                      "Every length scores the same tokens (those whose offset is not a multiple of the training "
                      "length).\n\n" + extrapolation_table(summary))
+        parts.append("### Change from 1x: each variant's loss at nx minus its own at 1x (seed-paired)\n\n"
+                     "Whether a longer window costs the scheme anything (\"rises\": worse than at its training length; "
+                     "\"no change measured\": the interval holds 0).\n\n" + growth_table(summary))
         for metric in summary["metrics"]:
             if metric["key"].startswith("loss_at_") and metric["key"] != "loss_at_1x":
                 parts.append(f"### {metric['title']}\n\n" + metric_table(metric, base))
