@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hf_vanilla.experiments import command, compare
+from hf_vanilla.experiments import command, compare, report
 from hf_vanilla.experiments import statistics as st
 
 REPEATS = 600  # synthetic experiments per calibration check: binomial sd of a 95% rate is ~0.009
@@ -183,6 +183,34 @@ def test_a_base_folder_gives_its_architecture(tmp_path: Path):
         plan_of("--base", str(tmp_path), "--max-steps", "2", "--vary", "norm_type=layernorm,rmsnorm")
 
 
+def test_learned_positions_are_not_measured_past_their_training_length_whatever_a_run_recorded():
+    # Training at L = 64 reaches the first 64 rows of the learned table: a score at 2x-4x would read rows still at
+    # their initialisation. The report says "not measured" and why, even for a run recorded with such a score.
+    plan = plan_of("--vary", "position_embedding_type=rope,learned", "--block-size", "64", "--max-steps", "3",
+                   "--seeds", "2", "--measure", "extrapolation")
+    unscored = compare.unscored_lengths(plan)
+    assert unscored["rope"] == {} and sorted(unscored["learned"]) == [2, 3, 4]
+    assert "cannot extrapolate" in unscored["learned"][2] and "64 tokens" in unscored["learned"][2]
+    outcomes = {f"{variant}/seed-{seed}": dict(status="completed", loss=5.0 + seed, curve=[(1, 6.0)],
+                                               extrapolation=dict(losses={str(n): 5.0 + n + seed for n in (1, 2, 3, 4)}))
+                for variant in ("rope", "learned") for seed in (0, 1)}
+    summary = report.summarise(plan, outcomes, {}, unscored)
+    at = {metric["key"]: metric["variants"] for metric in summary["metrics"]}
+    assert at["loss_at_1x"]["learned"]["interval"]["n"] == 2 and at["loss_at_1x"]["learned"]["difference"]["n"] == 2
+    for n in (2, 3, 4):
+        learned = at[f"loss_at_{n}x"]["learned"]
+        assert learned["interval"] is None and "difference" not in learned and "cannot extrapolate" in learned["not_measured"]
+        assert at[f"loss_at_{n}x"]["rope"]["interval"]["n"] == 2
+    table = report.extrapolation_table(summary)
+    assert "| learned | 6.5 (" in table and table.count("not measured |") == 3
+    assert "- learned: not measured from 2x: learned positions cannot extrapolate" in table
+    assert "| learned | not measured |" in report.metric_table(summary["metrics"][2], "rope")
+    # Each model against itself at 1x, seed by seed: rope's loss here is 1 nat higher per step of the factor.
+    growth = report.growth_table(summary)
+    assert "| rope | +1 (1 .. 1): rises | +2 (2 .. 2): rises | +3 (3 .. 3): rises |" in growth
+    assert "| learned | not measured | not measured | not measured |" in growth
+
+
 def wait_for(path: Path, process: subprocess.Popen, seconds: float = 600) -> None:
     deadline = time.monotonic() + seconds
     while not path.exists():
@@ -219,6 +247,7 @@ def test_a_killed_experiment_goes_on_and_keeps_what_the_user_edited(tmp_path: Pa
     assert alibi["difference"]["n"] == 2 and alibi["paired_seeds"] == [0, 1]
     text = (out / "compare.md").read_text()
     assert "## Held-out loss" in text and alibi["verdict"] in text and report["provenance"]["commit"] in text
+    assert "; 3 of its 4 runs trained or continued in this sitting" in text
     assert str(tmp_path) not in (out / "README.md").read_text()  # the card names no local path
     for name in ("compare-curves.png", "compare-extrapolation.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -239,3 +268,4 @@ def test_an_experiment_past_its_time_limit_starts_no_run_and_says_so(tmp_path: P
     text = (out / "compare.md").read_text()
     assert text.count(": not started (the experiment's time limit was reached first)") == 4
     assert "| pre (base) | no completed run |" in text and not (out / "runs" / "pre" / "seed-0").exists()
+    assert "; 0 of its 4 runs trained or continued in this sitting" in text

@@ -66,10 +66,14 @@ def test_extrapolation_tiny_end_to_end_and_an_edited_report_is_kept(tmp_path: Pa
     report = json.loads((out / "extrapolation.json").read_text())
     assert report["variants"] == ["learned", "alibi"] and report["seeds"] == 2
     at = {m["key"]: m for m in report["metrics"]}
-    for n in measures.LENGTH_FACTORS:
-        assert all(row["interval"]["n"] == 2 for row in at[f"loss_at_{n}x"]["variants"].values())
+    for n in measures.LENGTH_FACTORS:  # learned positions only at the training length: their other rows are untrained
+        assert at[f"loss_at_{n}x"]["variants"]["alibi"]["interval"]["n"] == 2
+        assert (at[f"loss_at_{n}x"]["variants"]["learned"]["interval"] is not None) == (n == 1)
     outcome = json.loads((tmp_path / "runs" / "extrapolation" / "alibi" / "seed-0.json").read_text())
     assert outcome["extrapolation"]["scored_tokens"] > 0 and outcome["extrapolation"]["training_length"] == 8
+    learned = json.loads((tmp_path / "runs" / "extrapolation" / "learned" / "seed-0.json").read_text())["extrapolation"]
+    assert learned["losses"]["1"] > 0 and [learned["losses"][str(n)] for n in (2, 3, 4)] == [None] * 3
+    assert "cannot extrapolate" in learned["not_scored"] and outcome["extrapolation"]["not_scored"] is None
     for picture in ("extrapolation-curves.png", "extrapolation-extrapolation.png"):
         assert (out / picture).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| learned (base) |" in (out / "extrapolation.md").read_text()

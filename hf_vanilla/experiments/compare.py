@@ -353,3 +353,16 @@ def config_problem(plan: Plan, setting: Setting) -> str | None:
     except (ValueError, TypeError) as error:
         return " ".join(str(error).split())
     return None
+
+
+def unscored_lengths(plan: Plan) -> dict[str, dict[int, str]]:
+    """Per variant, the length factors the extrapolation measure does not score, each with why (its config's
+    :func:`~.measures.reach`): the report states these from the plan, whatever a run's record holds."""
+    from .measures import LENGTH_FACTORS, reach
+
+    length = plan.options["block_size"]
+    found = {}
+    for setting in plan.settings:
+        longest, why = reach(variant_config(plan, setting), length)
+        found[setting.label] = {n: why for n in LENGTH_FACTORS if n * length > longest}
+    return found

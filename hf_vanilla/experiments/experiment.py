@@ -23,7 +23,7 @@ from ..files.output_folder import ChangedFileError, OutputFolder
 from ..tasks import get_task
 from ..training.options import TrainOptions
 from . import report
-from .compare import CompareError, Plan, Setting, variant_config
+from .compare import CompareError, Plan, Setting, unscored_lengths, variant_config
 from .report import Files
 from .runner import FINAL, RunSpec, default_workers, recorded_outcome, run_all
 
@@ -174,8 +174,9 @@ def run_plan(plan: Plan, *, workers: int | None, threads: int, estimate_only: bo
         deadline = None if time_limit_minutes is None else start + time_limit_minutes * 60
         outcomes = run_all(runs, workers, threads, deadline=deadline, show_progress=show_progress,
                            on_outcome=announcer(len(left), workers))
-        where = report.provenance(plan, at_start, workers=workers, threads=threads, wall_time_s=time.time() - start)
-        summary = report.summarise(plan, outcomes, where)
+        where = report.provenance(plan, at_start, workers=workers, threads=threads, wall_time_s=time.time() - start,
+                                  trained=sum(outcomes[spec.name]["status"] != "not started" for spec in left))
+        summary = report.summarise(plan, outcomes, where, unscored_lengths(plan))
         refuse_changed(folder, written)
         report.write(folder, summary, names)
     unfinished = [name for name, found in outcomes.items() if found["status"] not in FINAL]

@@ -4,7 +4,9 @@ training speed, the loss curve, the parameter count; and on request its loss at 
 Length extrapolation (the ALiBi paper's non-overlapping evaluation): the held-out token stream is cut into
 non-overlapping windows of n*L tokens for each factor n, and only tokens whose offset in the stream is not a
 multiple of L are scored, so every length scores exactly the same tokens and only the context they see changes. A
-window longer than the model's position table (learned positions) is not scored (None).
+window the model cannot read is not scored (None), for the reason :func:`reach` gives: learned positions past the
+training length (their rows there were never trained, so a score would measure the initialisation, not
+extrapolation), any scheme past its position table.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .. import register
 from ..tasks import get_task
 from ..training.options import make_options
+from ..variants import scheme_row
 
 if TYPE_CHECKING:  # imported where used: `hf-vanilla compare --help` reads OPTIONAL without loading torch
     import torch
@@ -127,10 +130,21 @@ def perplexity_at(model: Any, stream: torch.Tensor, window: int, train_length: i
     return math.exp(loss_at(model, stream, window, train_length, batch_tokens))
 
 
+def reach(config: Any, training_length: int) -> tuple[int, str]:
+    """The longest window the extrapolation measure scores a model of ``config`` at, and why no longer. A scheme
+    whose row adds one trained vector per absolute position (learned) reaches only the rows training reached."""
+    scheme = scheme_row(config)
+    if scheme.adds_to_embeddings and scheme.parameters:
+        return training_length, (f"{config.position_embedding_type} positions cannot extrapolate: the rows of its "
+                                 f"table past the training length ({training_length} tokens) were never trained")
+    table = config.max_position_embeddings
+    return table, f"beyond the model's position table ({table} positions)"
+
+
 def extrapolation(task_name: str, run_dir: Path, options: dict[str, Any],
                   factors: tuple[int, ...] = LENGTH_FACTORS) -> dict[str, Any]:
-    """Held-out loss of the run's final model at each factor of its training length (None beyond its position
-    table), all lengths scoring the same tokens."""
+    """Held-out loss of the run's final model at each factor of its training length (None beyond its :func:`reach`,
+    and why), all lengths scoring the same tokens."""
     # the measures run in the worker: compare imports this module for its names before anything loads torch
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -143,10 +157,12 @@ def extrapolation(task_name: str, run_dir: Path, options: dict[str, Any],
     tokenizer = AutoTokenizer.from_pretrained(run_dir)
     longest = length * math.lcm(*factors)  # every window length divides the stream
     stream = held_out_stream(task_name, tokenizer, options, longest)
-    reach = model.config.max_position_embeddings
-    losses = {str(n): loss_at(model, stream, n * length, length) if n * length <= reach else None for n in factors}
+    reachable, why = reach(model.config, length)
+    losses = {str(n): loss_at(model, stream, n * length, length) if n * length <= reachable else None
+              for n in factors}
     scored = int((torch.arange(stream.numel()) % length != 0).sum())
-    return dict(training_length=length, factors=list(factors), losses=losses, scored_tokens=scored)
+    return dict(training_length=length, factors=list(factors), losses=losses, scored_tokens=scored,
+                not_scored=why if None in losses.values() else None)
 
 
 def collect(task_name: str, run_dir: Path, options: dict[str, Any], result: Any, wanted: tuple[str, ...]) -> dict:

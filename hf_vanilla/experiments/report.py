@@ -61,6 +61,7 @@ class Metric:
     unit: str
     lower_is_better: bool
     read: Callable[[dict[str, Any]], float | None]
+    factor: int | None = None  # a length-extrapolation metric's multiple of the training length
 
 
 def _loss_at(factor: int) -> Callable[[dict[str, Any]], float | None]:
@@ -75,7 +76,7 @@ def metrics(measures: tuple[str, ...]) -> list[Metric]:
                              lambda found: (found.get("speed") or {}).get("tokens_per_s")))
     if "extrapolation" in measures:
         chosen += [Metric(f"loss_at_{n}x", f"Held-out loss at {n}x the training length", " nats/token", True,
-                          _loss_at(n)) for n in LENGTH_FACTORS]
+                          _loss_at(n), factor=n) for n in LENGTH_FACTORS]
     return chosen
 
 
@@ -105,11 +106,12 @@ def machine() -> dict[str, Any]:
                 load_average=[round(x, 2) for x in os.getloadavg()])
 
 
-def provenance(plan: Any, at_start: dict[str, Any], *, workers: int, threads: int, wall_time_s: float
-               ) -> dict[str, Any]:
-    """The exact command, :func:`machine` as it was when the experiment started (the commit that ran), the workers,
-    the load average at the start and the end."""
-    return dict(at_start, command=plan.command, workers=workers, threads_per_worker=threads,
+def provenance(plan: Any, at_start: dict[str, Any], *, workers: int, threads: int, wall_time_s: float,
+               trained: int) -> dict[str, Any]:
+    """The exact command, :func:`machine` as it was when this sitting started (the commit that ran), the workers, the
+    load average at the start and the end, and how many runs this sitting trained or continued (the rest were read
+    back from earlier sittings, whose commit and load their runs' own records hold, or not started)."""
+    return dict(at_start, command=plan.command, workers=workers, threads_per_worker=threads, runs_trained=trained,
                 load_average_at_start=at_start["load_average"],
                 load_average_at_end=[round(x, 2) for x in os.getloadavg()], wall_time_s=round(wall_time_s, 1))
 
@@ -127,14 +129,21 @@ def by_seed(plan: Any, outcomes: dict[str, dict[str, Any]], metric: Metric) -> d
     return table
 
 
-def compare_metric(plan: Any, outcomes: dict[str, dict[str, Any]], metric: Metric) -> dict[str, Any]:
-    """Per variant: its interval over seeds and its paired difference to the base (over the seeds both finished)."""
+def compare_metric(plan: Any, outcomes: dict[str, dict[str, Any]], metric: Metric,
+                   unscored: dict[str, dict[int, str]]) -> dict[str, Any]:
+    """Per variant: its interval over seeds and its paired difference to the base (over the seeds both finished);
+    a variant ``unscored`` names at this metric's length factor is "not measured", with why, whatever its runs hold."""
     values = by_seed(plan, outcomes, metric)
+    not_measured = {label: why[metric.factor] for label, why in unscored.items() if metric.factor in why}
+    for label in not_measured:
+        values[label] = {}
     base = values[plan.base.label]
     rows = {}
     for setting in plan.settings:
         mine = values[setting.label]
         row: dict[str, Any] = dict(values=mine, interval=st.interval(list(mine.values())).as_dict() if mine else None)
+        if setting.label in not_measured:
+            row["not_measured"] = not_measured[setting.label]
         paired = sorted(set(mine) & set(base))
         if setting != plan.base and paired:
             difference = st.paired_difference([mine[s] for s in paired], [base[s] for s in paired])
@@ -147,6 +156,24 @@ def compare_metric(plan: Any, outcomes: dict[str, dict[str, Any]], metric: Metri
                 variants=rows)
 
 
+def growth_from_1x(compared: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per variant and length factor past 1x: the loss there minus the same model's loss at 1x, seed by seed, with
+    its interval and verdict (the extrapolation question itself: does a longer window cost this scheme anything?)."""
+    by_key = {metric["key"]: metric["variants"] for metric in compared}
+    if "loss_at_1x" not in by_key:
+        return {}
+    found: dict[str, dict[str, dict[str, Any]]] = {}
+    for label, at_1x in by_key["loss_at_1x"].items():
+        found[label] = {}
+        for n in (n for n in LENGTH_FACTORS if n != 1):
+            at_n = by_key[f"loss_at_{n}x"][label]["values"]
+            seeds = sorted(set(at_n) & set(at_1x["values"]))
+            if seeds:
+                change = st.paired_difference([at_n[s] for s in seeds], [at_1x["values"][s] for s in seeds])
+                found[label][str(n)] = dict(change.as_dict(), seeds=seeds, verdict=st.verdict(change, " nats/token"))
+    return found
+
+
 def seed_band(curves: list[list[tuple[int, float]]]) -> dict[str, list[float]] | None:
     """Mean, lowest and highest loss over seeds at the steps every seed logged."""
     steps = sorted(set.intersection(*(set(step for step, _ in curve) for curve in curves))) if curves else []
@@ -157,8 +184,10 @@ def seed_band(curves: list[list[tuple[int, float]]]) -> dict[str, list[float]] |
                 seeds=len(curves))
 
 
-def summarise(plan: Any, outcomes: dict[str, dict[str, Any]], where: dict[str, Any]) -> dict[str, Any]:
-    """Everything the report says, as JSON."""
+def summarise(plan: Any, outcomes: dict[str, dict[str, Any]], where: dict[str, Any],
+              unscored: dict[str, dict[int, str]]) -> dict[str, Any]:
+    """Everything the report says, as JSON; ``unscored``: per variant, the length factors its model cannot be scored
+    at, with why (:func:`hf_vanilla.experiments.compare.unscored_lengths`)."""
     curves = {setting.label: seed_band([outcomes[f"{setting.folder}/seed-{s}"]["curve"] for s in range(plan.seeds)
                                         if outcomes.get(f"{setting.folder}/seed-{s}", {}).get("status") == "completed"])
               for setting in plan.settings}
@@ -167,6 +196,7 @@ def summarise(plan: Any, outcomes: dict[str, dict[str, Any]], where: dict[str, A
     parameters = {setting.label: sorted({found["parameters"] for name, found in outcomes.items()
                                          if name.startswith(setting.folder + "/") and found.get("parameters")})
                   for setting in plan.settings}
+    compared = [compare_metric(plan, outcomes, metric, unscored) for metric in metrics(plan.measures)]
     return dict(
         provenance=where, task=plan.task, base=plan.base.label, base_model=plan.base_config_source,
         varied={name: list(vals) for name, vals in plan.varied}, seeds=plan.seeds,
@@ -175,7 +205,7 @@ def summarise(plan: Any, outcomes: dict[str, dict[str, Any]], where: dict[str, A
         held_out=sorted({found.get("held_out_split") for found in outcomes.values() if found.get("held_out_split")}),
         options=plan.options, measures=list(plan.measures), variants=[s.label for s in plan.settings],
         refused={setting.label: why for setting, why in plan.refused}, parameters=parameters,
-        metrics=[compare_metric(plan, outcomes, metric) for metric in metrics(plan.measures)],
+        metrics=compared, growth_from_1x=growth_from_1x(compared),
         curves=curves, runs=runs)
 
 
@@ -199,10 +229,11 @@ def metric_table(metric: dict[str, Any], base: str) -> str:
     for label, row in metric["variants"].items():
         interval, difference = row["interval"], row.get("difference")
         cells = [label + (" (base)" if label == base else ""),
-                 _num(interval["mean"]) if interval else "no completed run", _num(interval and interval["sd"]),
+                 _num(interval["mean"]) if interval else "not measured" if row.get("not_measured") else
+                 "no completed run", _num(interval and interval["sd"]),
                  _interval_text(interval), str(interval["n"]) if interval else "0",
                  _num(difference["mean"]) if difference else "-", _interval_text(difference),
-                 row.get("verdict", "-"), _num(row.get("detectable_at_80_percent"))]
+                 row.get("not_measured") or row.get("verdict", "-"), _num(row.get("detectable_at_80_percent"))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -221,13 +252,39 @@ def perplexity_table(loss: dict[str, Any], base: str) -> str:
 
 
 def extrapolation_table(summary: dict[str, Any]) -> str:
+    """Each variant's loss at every length factor; a length its model cannot be scored at reads "not measured", and
+    why follows the table."""
     by_key = {metric["key"]: metric for metric in summary["metrics"]}
     lines = ["| variant | " + " | ".join(f"{n}x" for n in LENGTH_FACTORS) + " |", "|---" * (len(LENGTH_FACTORS) + 1) + "|"]
+    reasons = {}
     for label in summary["variants"]:
         cells = []
         for n in LENGTH_FACTORS:
-            interval = by_key[f"loss_at_{n}x"]["variants"][label]["interval"]
-            cells.append("n/a" if interval is None else f"{_num(interval['mean'])} ({_interval_text(interval)})")
+            row = by_key[f"loss_at_{n}x"]["variants"][label]
+            interval, why = row["interval"], row.get("not_measured")
+            if why:
+                reasons.setdefault(label, (n, why))
+            cells.append("not measured" if why else "no completed run" if interval is None else
+                         f"{_num(interval['mean'])} ({_interval_text(interval)})")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    notes = [f"- {label}: not measured from {n}x: {why}" for label, (n, why) in reasons.items()]
+    return "\n".join(lines) + "\n" + ("\n" + "\n".join(notes) + "\n" if notes else "")
+
+
+def growth_table(summary: dict[str, Any]) -> str:
+    """Each variant's loss at 2x-4x minus its own at 1x (seed-paired): mean, 95% interval, and whether it rises."""
+    factors = [n for n in LENGTH_FACTORS if n != 1]
+    words = {"worse": "rises", "better": "falls"}
+    lines = ["| variant | " + " | ".join(f"{n}x - 1x" for n in factors) + " |", "|---" * (len(factors) + 1) + "|"]
+    for label, changes in summary["growth_from_1x"].items():
+        cells = []
+        for n in factors:
+            change = changes.get(str(n))
+            if change is None:
+                cells.append("not measured")
+                continue
+            said = words.get(change["verdict"].split()[0], change["verdict"].replace("difference", "change"))
+            cells.append(f"{change['mean']:+.4g} ({_interval_text(change)}): {said}")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -272,7 +329,10 @@ def markdown(summary: dict[str, Any]) -> str:
     if "extrapolation" in summary["measures"]:
         parts.append("## Length extrapolation: held-out loss at 1x-4x the training length (mean, 95% interval)\n\n"
                      "Every length scores the same tokens (those whose offset is not a multiple of the training "
-                     "length); n/a: beyond the model's position table.\n\n" + extrapolation_table(summary))
+                     "length).\n\n" + extrapolation_table(summary))
+        parts.append("### Change from 1x: each variant's loss at nx minus its own at 1x (seed-paired)\n\n"
+                     "Whether a longer window costs the scheme anything (\"rises\": worse than at its training length; "
+                     "\"no change measured\": the interval holds 0).\n\n" + growth_table(summary))
         for metric in summary["metrics"]:
             if metric["key"].startswith("loss_at_") and metric["key"] != "loss_at_1x":
                 parts.append(f"### {metric['title']}\n\n" + metric_table(metric, base))
@@ -290,7 +350,8 @@ def markdown(summary: dict[str, Any]) -> str:
                  + f"; hf_vanilla {where['hf_vanilla']}, torch {where['torch']}, transformers {where['transformers']}; "
                  f"{where['machine']}, {where['cpus']} CPUs, {where['workers']} workers x {where['threads_per_worker']} "
                  f"threads; load average {where['load_average_at_start']} at the start, {where['load_average_at_end']} "
-                 f"at the end; {where['wall_time_s']} s.\n")
+                 f"at the end; {where['wall_time_s']} s; {where['runs_trained']} of its {len(summary['runs'])} runs "
+                 "trained or continued in this sitting (the others read back from earlier ones or not started).\n")
     return "\n".join(parts)
 
 
@@ -339,15 +400,17 @@ def draw_extrapolation(summary: dict[str, Any], path: Path) -> None:
     figure = _new_figure(7, 4.5)
     ax = figure.add_subplot(1, 1, 1)
     for label in summary["variants"]:
-        points = [(n, by_key[f"loss_at_{n}x"]["variants"][label]["interval"]) for n in LENGTH_FACTORS]
-        points = [(n, interval) for n, interval in points if interval is not None]
+        rows = [(n, by_key[f"loss_at_{n}x"]["variants"][label]) for n in LENGTH_FACTORS]
+        points = [(n, row["interval"]) for n, row in rows if row["interval"] is not None]
         if not points:
             continue
+        unmeasured = [n for n, row in rows if row.get("not_measured")]
+        legend = f"{label} (not measured from {unmeasured[0]}x)" if unmeasured else label
         factors = [n for n, _ in points]
         means = [interval["mean"] for _, interval in points]
         errors = [[interval["mean"] - interval["low"] if interval["low"] is not None else 0 for _, interval in points],
                   [interval["high"] - interval["mean"] if interval["high"] is not None else 0 for _, interval in points]]
-        ax.errorbar(factors, means, yerr=errors, marker="o", capsize=3, lw=1.5, label=label)
+        ax.errorbar(factors, means, yerr=errors, marker="o", capsize=3, lw=1.5, label=legend)
     ax.set_xticks(list(LENGTH_FACTORS), [f"{n}x" for n in LENGTH_FACTORS])
     _finish(ax, "inference length (multiple of the training length)", "held-out loss, same tokens at every length",
             "Length extrapolation: mean over seeds, 95% interval")
