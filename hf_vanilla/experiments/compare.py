@@ -37,7 +37,7 @@ from ..training.cli import HelpFormatter, add_dataclass_arguments
 from ..training.options import SIZE_PRESETS, TrainOptions, check_ranges, parse_config, parse_value
 from ..variants import NON_DEFAULT, rows, values
 from ..variants import options as table_options
-from .measures import OPTIONAL
+from .measures import LENGTH_FACTORS, OPTIONAL, reach
 from .recipes import STUDIES
 
 #: Training settings ``--vary`` takes besides the table's options (fields of TrainOptions that leave the budget
@@ -358,8 +358,6 @@ def config_problem(plan: Plan, setting: Setting) -> str | None:
 def unscored_lengths(plan: Plan) -> dict[str, dict[int, str]]:
     """Per variant, the length factors the extrapolation measure does not score, each with why (its config's
     :func:`~.measures.reach`): the report states these from the plan, whatever a run's record holds."""
-    from .measures import LENGTH_FACTORS, reach
-
     length = plan.options["block_size"]
     found = {}
     for setting in plan.settings:
