@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hf_vanilla.experiments import compare, measures
+from hf_vanilla.experiments import compare, measures, report
 from hf_vanilla.experiments.recipes import STUDIES
 from tests.test_compare import text_files  # noqa: F401 -- the fixture
 
@@ -97,3 +97,15 @@ def test_warmup_tiny_records_divergence_and_goes_on(tmp_path: Path, text_files):
     assert "1e+30/seed-0: diverged" in text and "| 0.001 (base) |" in text
     assert door(tmp_path, "warmup", text_files, "--vary", "learning_rate=1e-3,1e30", "--seeds", "1") == 0
     assert json.loads((tmp_path / "runs" / "warmup" / "1e+30" / "seed-0.json").read_text()) == found
+
+
+@pytest.mark.parametrize("study", ["extrapolation", "warmup"])
+def test_the_docs_quote_each_studys_committed_report(study):
+    # docs/experiments.md's tables are the committed report's (docs/figures/STUDY/compare.json), line for line.
+    summary = json.loads((REPO / "docs" / "figures" / study / "compare.json").read_text(encoding="utf-8"))
+    text = (REPO / "docs" / "experiments.md").read_text(encoding="utf-8")
+    tables = [report.metric_table(summary["metrics"][0], summary["base"])]
+    if "extrapolation" in summary["measures"]:
+        tables += [report.extrapolation_table(summary), report.growth_table(summary)]
+    for line in (line for table in tables for line in table.splitlines() if line):
+        assert line in text, f"docs/experiments.md lacks the {study} report's line {line!r}"
