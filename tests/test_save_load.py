@@ -76,6 +76,11 @@ def test_a_folder_saved_with_the_old_norm_names_loads_exactly_and_is_saved_again
         torch.testing.assert_close(loaded.eval()(**inputs).logits, model(**inputs).logits, rtol=0, atol=0)
     loaded.save_pretrained(tmp_path / "again")  # the names of the modules on disk, as any folder saved now
     assert sorted(stored_names(tmp_path / "again")) == sorted(saved)
+    resumed = type(model)(model.config).eval()  # Trainer's resume and PEFT read a checkpoint by load_state_dict
+    result = resumed.load_state_dict(old, strict=False)  # strict=False as Trainer: the tied head is not stored
+    assert not result.unexpected_keys and set(result.missing_keys) <= {"lm_head.weight"}, result
+    with torch.no_grad():
+        torch.testing.assert_close(resumed(**inputs).logits, model(**inputs).logits, rtol=0, atol=0)
 
 
 def test_untied_output_projection_is_stored(tmp_path):
