@@ -3,11 +3,14 @@
 
     python scripts/experiments.py scaling [--out docs/figures] [--runs runs/scaling] [--workers 2] [--tiny]
                                           [--device cpu|cuda] [--dtype float32|bfloat16] [--plan cpu|gpu]
-                                          [--estimate] [--no-train] [--reanalyse RECORD [--add-runs FILE ...]]
+                                          [--estimate] [--no-train]
+                                          [--reanalyse RECORD [--add-runs FILE ...] [--rerun --runs FOLDER]]
 
 The committed record (docs/figures/scaling.json) is the seeded sweep re-analysed with the runs issue 53 added
-(the learning rates bracketed at the fitted budgets): ``--reanalyse docs/figures/scaling.json --add-runs
-runs/scaling/*/result.json`` rebuilds it from a runs folder holding them.
+(the learning rates bracketed at the fitted budgets, the IsoFLOP runs at the rates chosen there):
+``--reanalyse docs/figures/scaling.json --add-runs runs/scaling/*/result.json`` rebuilds it from a runs folder
+holding them; ``--rerun`` first trains there, resumably, the IsoFLOP runs the record names as not yet rerun at
+their width's chosen rate (``rates_not_rerun``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from hf_vanilla.experiments.scaling import (  # noqa: F401  (the names scripts/e
     reanalysed,
     scaling_table,
     step_seconds,
+    train_reruns,
     write_outputs,
 )
 
@@ -48,10 +52,15 @@ def sweep(out: Path, runs: Path, plan: SweepPlan, data_files: tuple[str, ...] = 
     return record
 
 
-def reanalyse(out: Path, record_path: Path, added: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """Refit a written record (and added result files) with this analysis into ``out/scaling.{png,md,json}``."""
+def reanalyse(out: Path, record_path: Path, added: tuple[Path, ...] = (), rerun_in: Path | None = None,
+              workers: int = 1) -> dict[str, Any]:
+    """Refit a written record (and added result files) with this analysis into ``out/scaling.{png,md,json}``;
+    with ``rerun_in``, first train there the runs the record names as not rerun, and add them."""
     record = json.loads(record_path.read_text(encoding="utf-8"))
     runs = [json.loads(path.read_text(encoding="utf-8")) for path in added]
+    if rerun_in is not None:
+        named = {r["name"] for r in runs}
+        runs += [r for r in train_reruns(record, rerun_in, workers) if r["name"] not in named]
     record = reanalysed(record, runs, provenance())
     with claimed_outputs(out, "scaling") as outputs:
         write_outputs(record, *outputs)
