@@ -645,7 +645,8 @@ def test_a_rerun_trains_what_the_record_names_and_nothing_it_holds(committed):
     record = json.loads(json.dumps(committed))
     width, rate = "8", committed["learning_rates"]["8"]
     taken = [r for r in record["runs"] if str(r["width"]) == width]
-    record["runs"] = [r for r in record["runs"] if str(r["width"]) != width]
+    for key in ("runs", "superseded_runs"):  # the width's IsoFLOP runs at any rate gone
+        record[key] = [r for r in record[key] if str(r["width"]) != width]
     record["rates_not_rerun"] = {width: dict(used=rate / 4, chosen=rate, home_budget=record["rate_homes"][width],
                                              held_out_gain_at_home=None)}
     home, specs = (record["rate_homes"][width], scaling.CPU.seeds[0]), scaling.rerun_specs(record)

@@ -580,6 +580,10 @@ def scaling_table(record: dict[str, Any]) -> str:
         chosen = f"its chosen {v['chosen']:g}" if v["chosen"] else "a rate (none tried at its home budget yet)"
         lines.append(f"Width {width}: IsoFLOP runs at {v['used']:g}, not rerun at {chosen} "
                      f"(held-out gain at {v['home_budget']:.3g}, one seed: {gain}).")
+    for width, c in record.get("rate_changes", {}).items():
+        lines.append(f"Width {width}: IsoFLOP runs moved from {c['earlier_rate']:g} to {c['rate']:g}; held-out loss "
+                     f"change, paired by budget and seed ({c['n']} pairs): {c['mean']:+.4f} "
+                     f"[{c['low']:+.4f}, {c['high']:+.4f}] (95%, t).")
     sensitivity = analysis.get("rate_sensitivity")
     if sensitivity:
         lines += ["", f"With those widths' losses lowered by their gains: a = {sensitivity['a']:.3f} (total), "
