@@ -4,7 +4,8 @@
     python scripts/experiments.py extrapolation [--out docs/figures] [--runs runs/experiments] [--tiny] [COMPARE FLAGS]
     python scripts/experiments.py warmup        [--out docs/figures] [--runs runs/experiments] [--tiny] [COMPARE FLAGS]
     python scripts/experiments.py scaling       [--out docs/figures] [--runs runs/scaling] [--workers 2] [--tiny]
-                                                [--plan cpu|gpu] [--estimate] [--reanalyse RECORD [--add-runs ...]]
+                                                [--plan cpu|gpu] [--estimate]
+                                                [--reanalyse RECORD [--add-runs ...] [--rerun]]
 
 ``extrapolation`` and ``warmup`` are ``hf-vanilla compare --study NAME --name NAME --output-dir OUT --runs RUNS/NAME``
 (hf_vanilla/experiments/recipes.py states each study; docs/compare.md shows what it measures): the report is
@@ -61,12 +62,13 @@ def scaling_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     # the sweep's module loads torch at import: only when the sweep runs (start-up time of --help)
     from hf_vanilla.experiments import scaling
 
-    if args.add_runs and args.reanalyse is None:
-        parser.error("--add-runs needs --reanalyse RECORD: it adds result files to a written record's runs")
+    if (args.add_runs or args.rerun) and args.reanalyse is None:
+        parser.error("--add-runs and --rerun need --reanalyse RECORD: they add runs to a written record's")
     try:
         scaling.check_device(args.device, args.dtype)
         if args.reanalyse is not None:
-            scaling.reanalyse(args.out, args.reanalyse, tuple(args.add_runs))
+            scaling.reanalyse(args.out, args.reanalyse, tuple(args.add_runs), args.runs if args.rerun else None,
+                              args.workers)
             return 0
     except ValueError as error:
         parser.error(str(error))
@@ -96,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reanalyse", type=Path, default=None, metavar="RECORD", help="scaling: refit a record")
     parser.add_argument("--add-runs", type=Path, nargs="*", default=[], metavar="RESULT",
                         help="scaling, with --reanalyse: result.json files of more runs to fit too")
+    parser.add_argument("--rerun", action="store_true", help="scaling, with --reanalyse: first train in --runs the "
+                        "IsoFLOP runs the record names as not rerun at their width's chosen rate")
     argv = sys.argv[1:] if argv is None else list(argv)
     args, rest = parser.parse_known_args(argv)
     if args.experiment == "scaling":

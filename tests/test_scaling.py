@@ -11,6 +11,7 @@ import json
 import math
 import random
 import re
+import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +27,7 @@ WORDS = "the king queen lord lady sword crown night day love death heart blood f
 
 from hf_vanilla.experiments import scaling  # noqa: E402
 from hf_vanilla.experiments import scaling_fits as fits  # noqa: E402
+from hf_vanilla.experiments.statistics import paired_difference  # noqa: E402
 
 spec = importlib.util.spec_from_file_location("experiments_script", REPO / "scripts" / "experiments.py")
 experiments = importlib.util.module_from_spec(spec)
@@ -608,3 +610,86 @@ def test_the_record_reproduces_from_its_own_runs(committed):
     for key in ("learning_rates", "rate_homes", "bracketed", "rates_not_rerun", "analysis"):
         assert again[key] == committed[key], key
     assert [r["name"] for r in again["runs"]] == [r["name"] for r in committed["runs"]]
+
+
+# --------------------------------------------------------------------------------------------------
+# Compare's runner and statistics under the sweep; a record's runs rerun at their chosen rates
+
+
+@pytest.mark.slow  # two spawned workers import torch: 15 s quiet, minutes on the shared machine
+def test_the_sweeps_runs_go_through_compares_runner(tmp_path: Path, text_files):
+    # two of the runner's worker processes train what this process trains, to the same losses
+    plan = replace(scaling.dry_run(scaling.CPU), budgets=(1.6e7,))
+    runs = scaling.isoflop_specs(plan, {w: plan.learning_rates[1] for w in plan.widths})[:2]
+    scaling.prepare_data(plan, lambda: scaling.local_corpora(list(text_files)), tmp_path / "workers1")
+    (tmp_path / "workers2").mkdir()
+    shutil.copy(tmp_path / "workers1" / "data.pt", tmp_path / "workers2" / "data.pt")
+    results = {workers: [r["held_out_loss"]["all"] for r in scaling.train_all(
+        runs, plan, tmp_path / f"workers{workers}", workers, "cpu", "float32")] for workers in (1, 2)}
+    assert results[2] == pytest.approx(results[1], rel=1e-6)
+
+
+def test_a_failed_run_is_named_after_the_others_ran(tmp_path: Path, text_files):
+    plan = replace(scaling.dry_run(scaling.CPU), budgets=(1.6e7,))
+    runs = scaling.isoflop_specs(plan, {w: plan.learning_rates[1] for w in plan.widths})[:2]
+    with pytest.raises(RuntimeError, match=r"2 scaling run\(s\) failed .*data\.pt.*the same command trains the rest"):
+        scaling.train_all(runs, plan, tmp_path, 1, "cpu", "float32")
+
+
+def test_a_rerun_trains_what_the_record_names_and_nothing_it_holds(committed):
+    # the runs a record names as not rerun: the width at its chosen rate at every budget using it, every seed,
+    # less those it holds (the rate stage's first-seed run at the home budget)
+    record = json.loads(json.dumps(committed))
+    width, rate = "8", committed["learning_rates"]["8"]
+    taken = [r for r in record["runs"] if str(r["width"]) == width]
+    for key in ("runs", "superseded_runs"):  # the width's IsoFLOP runs at any rate gone
+        record[key] = [r for r in record[key] if str(r["width"]) != width]
+    record["rates_not_rerun"] = {width: dict(used=rate / 4, chosen=rate, home_budget=record["rate_homes"][width],
+                                             held_out_gain_at_home=None)}
+    home, specs = (record["rate_homes"][width], scaling.CPU.seeds[0]), scaling.rerun_specs(record)
+    assert {(s.budget, s.seed) for s in specs} == {(r["budget"], r["seed"]) for r in taken} - {home}
+    assert {s.learning_rate for s in specs} == {rate} and len(specs) == len({s.name for s in specs})
+
+
+def test_a_rerun_trains_whole_widths_cheapest_first():
+    def run(width, budget, seed):
+        return scaling.RunSpec(budget, width, 1, 1, 1, 10, 10, 10.0, 1e-3, seed)
+
+    specs = [run(w, b, s) for w, budgets in ((12, (1.0, 2.0)), (16, (2.5,)), (8, (1.0, 1.0))) for b in budgets
+             for s in (0, 1)]
+    assert [(s.width, s.budget, s.seed) for s in sorted(specs, key=scaling.whole_widths_first(specs))] == [
+        (8, 1.0, 0), (8, 1.0, 1), (8, 1.0, 0), (8, 1.0, 1), (16, 2.5, 0), (16, 2.5, 1), (12, 1.0, 0), (12, 1.0, 1),
+        (12, 2.0, 0), (12, 2.0, 1)]
+
+
+def test_a_rerun_refuses_a_runs_folder_of_other_data(tmp_path: Path, text_files):
+    plan = replace(scaling.dry_run(scaling.CPU), budgets=(1.6e7,))
+    record = dict(plan=scaling.asdict(plan), data=list(text_files), train_tokens=1, held_out_tokens={}, runs=[],
+                  rates_not_rerun={})
+    with pytest.raises(ValueError, match="not the record's data; pass another --runs folder"):
+        scaling.train_reruns(record, tmp_path, 1)
+    assert not any(p.name.startswith("C") for p in tmp_path.iterdir())  # nothing trained
+
+
+def test_a_rate_change_is_measured_as_a_paired_difference():
+    # each run at the rate now used against the superseded run of the same budget and seed at the earlier rate
+    def run(budget, seed, rate, loss):
+        return dict(budget=budget, width=8, seed=seed, learning_rate=rate, held_out_loss={"all": loss})
+
+    now = [run(b, s, 0.064, 4.0 + 0.01 * s + b) for b in (1, 2) for s in (0, 1, 2)]
+    before = [run(b, s, 0.016, 4.05 + 0.02 * s + b) for b in (1, 2) for s in (0, 1, 2)]
+    record = dict(runs=now, superseded_runs=before[1:], learning_rate_runs=before[:1])
+    found = scaling.rate_changes(record)["8"]
+    expected = paired_difference([r["held_out_loss"]["all"] for r in now], [r["held_out_loss"]["all"] for r in before])
+    assert found == dict(earlier_rate=0.016, rate=0.064, **expected.as_dict()) and found["high"] < 0
+    assert scaling.rate_changes(dict(record, superseded_runs=before[2:])) == {}  # a run without its pair: none
+
+
+def test_each_reanalysis_keeps_the_runs_earlier_ones_added():
+    first = scaling.with_history(None, {"commit": "a"}, [{"name": "x", "why": "bracket"}])
+    second = scaling.with_history(first, {"commit": "b"}, [{"name": "y", "why": "rerun"}])
+    assert second["added_runs"] == [{"name": "x", "why": "bracket", "commit": "a"},
+                                    {"name": "y", "why": "rerun", "commit": "b"}]
+    assert second["commit"] == "b" and second["earlier"] == [{"commit": "a"}]
+    migrated = scaling.with_history({"commit": "old", "added_runs": [{"name": "x", "why": "w"}]}, {"commit": "c"}, [])
+    assert migrated["added_runs"] == [{"name": "x", "why": "w", "commit": "old"}]

@@ -110,13 +110,14 @@ def _mean_scored_loss(model: Any, stream: torch.Tensor, window: int, train_lengt
     # the measures run in the worker: compare imports this module for its names before anything loads torch
     import torch
 
+    device = next(model.parameters()).device  # the model's (the scaling sweep scores on its GPU too)
     batch = max(1, batch_tokens // window)
     windows = stream[: stream.numel() // window * window].view(-1, window)
     offsets = torch.arange(windows.numel()).view(-1, window)[:, 1:]  # targets: every token but each window's first
-    scored = offsets % train_length != 0
+    scored = (offsets % train_length != 0).to(device)
     total, count = 0.0, 0
     for i in range(0, len(windows), batch):
-        ids = windows[i : i + batch]
+        ids = windows[i : i + batch].to(device)
         logits = model(input_ids=ids).logits[:, :-1].float()
         nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
         keep = scored[i : i + batch]

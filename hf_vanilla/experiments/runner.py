@@ -1,5 +1,5 @@
-"""Many ordinary training runs in parallel workers, resumable: the runner under ``hf-vanilla compare`` (and the
-scaling sweep's, when it moves onto it).
+"""Many ordinary training runs in parallel workers, resumable: the runner under ``hf-vanilla compare`` and the
+scaling sweep (which passes its own way to train and read back one run).
 
 Each run (:class:`RunSpec`) is the ordinary train run (:func:`hf_vanilla.training.train`) into its own run folder,
 with its journal, checkpoints and sealed record; beside the folder the runner writes ``NAME.json``, the run's
@@ -123,6 +123,13 @@ def output_to(path: Path) -> Iterator[None]:
                 os.close(fd)
 
 
+def report_step(name: str, step: int) -> None:
+    """Tell the experiment's progress bar that run ``name`` reached optimizer step ``step`` (from a worker; in the
+    experiment's own process there is no queue and nothing to tell)."""
+    if _progress is not None:
+        _progress.put((name, step))
+
+
 def step_reporter(name: str) -> Any:
     """A TrainerCallback that reports each optimizer step of run ``name`` to the experiment's progress bar, and
     keeps the logged losses (a diverged run's curve)."""
@@ -134,8 +141,7 @@ def step_reporter(name: str) -> Any:
             self.losses: list[tuple[int, float]] = []
 
         def on_step_end(self, args, state, control, **kwargs) -> None:
-            if _progress is not None:
-                _progress.put((name, state.global_step))
+            report_step(name, state.global_step)
 
         def on_log(self, args, state, control, logs=None, **kwargs) -> None:
             if logs and "loss" in logs:
@@ -189,13 +195,15 @@ def _train_and_measure(spec: RunSpec, minutes_left: float | None) -> dict[str, A
 
 
 def run_all(specs: list[RunSpec], workers: int, threads: int, *, deadline: float | None = None,
-            show_progress: bool = True, on_outcome: Callable[[RunSpec, dict[str, Any]], None] | None = None
-            ) -> dict[str, dict[str, Any]]:
+            show_progress: bool = True, on_outcome: Callable[[RunSpec, dict[str, Any]], None] | None = None,
+            execute_run: Callable[[Any, float | None], dict[str, Any]] = execute,
+            recorded: Callable[[Any], dict[str, Any] | None] = recorded_outcome) -> dict[str, dict[str, Any]]:
     """Every run's outcome by name: read back where recorded, else trained by ``workers`` processes of ``threads``
-    torch threads each (0: in this process, one after another), a progress bar over all the experiment's optimizer
-    steps. ``on_outcome`` hears each run
-    that ends now."""
-    outcomes = {spec.name: found for spec in specs if (found := recorded_outcome(spec)) is not None}
+    torch threads each (0: in this process, one after another), in the order given, a progress bar over all the
+    experiment's optimizer steps. ``on_outcome`` hears each run that ends now. ``execute_run`` (picklable: it goes
+    to the workers) trains one run and ``recorded`` reads one back: by default the ordinary train run
+    (:class:`RunSpec`); any spec with a ``name`` and ``steps`` and an outcome with a ``status`` will do."""
+    outcomes = {spec.name: found for spec in specs if (found := recorded(spec)) is not None}
     todo = [spec for spec in specs if spec.name not in outcomes]
     reached = {spec.name: spec.steps for spec in specs if spec.name in outcomes}
     bar = tqdm(total=sum(spec.steps for spec in specs), initial=sum(reached.values()), unit="step",
@@ -205,7 +213,7 @@ def run_all(specs: list[RunSpec], workers: int, threads: int, *, deadline: float
     if workers == 0:  # in this process, one run after another (a debugger, the tests)
         with bar:
             for spec in todo:
-                outcomes[spec.name] = execute(spec, deadline)
+                outcomes[spec.name] = execute_run(spec, deadline)
                 bar.update(spec.steps if outcomes[spec.name]["status"] in FINAL else 0)
                 if on_outcome is not None:
                     on_outcome(spec, outcomes[spec.name])
@@ -214,7 +222,7 @@ def run_all(specs: list[RunSpec], workers: int, threads: int, *, deadline: float
     progress = context.Queue()
     with bar, ProcessPoolExecutor(max_workers=max(1, min(workers, len(todo))), mp_context=context,
                                   initializer=start_worker, initargs=(threads, progress)) as pool:
-        futures: dict[Future, RunSpec] = {pool.submit(execute, spec, deadline): spec for spec in todo}
+        futures: dict[Future, RunSpec] = {pool.submit(execute_run, spec, deadline): spec for spec in todo}
         pending = set(futures)
         try:
             while pending:

@@ -2,7 +2,8 @@
 
     python scripts/experiments.py scaling [--out docs/figures] [--runs runs/scaling] [--workers 2] [--tiny]
                                           [--device cpu|cuda] [--dtype float32|bfloat16] [--plan cpu|gpu]
-                                          [--estimate] [--no-train] [--reanalyse RECORD [--add-runs FILE ...]]
+                                          [--estimate] [--no-train]
+                                          [--reanalyse RECORD [--add-runs FILE ...] [--rerun --runs FOLDER]]
 
 A plan (``SweepPlan``) names compute budgets C, counted as C = (6 N + 12 L d T) D (scaling_fits.py says
 why), and a family of decoders (width d and depth round(d/20) grown together, 8-dimensional heads, d_ff = 4d).
@@ -20,10 +21,14 @@ It is trained in two stages:
 
 A seed sets the initialisation and the order in which a run reads the training blocks. Each run's result
 (``RUN/result.json``) is written atomically when it finishes and never re-trained, so a sweep stopped at any
-point resumes where it stopped; ``--workers`` trains that many runs at once (one thread each). ``--estimate``
+point resumes where it stopped; ``--workers`` trains that many runs at once (one thread each) in compare's
+runner (hf_vanilla/experiments/runner.py: its workers die with the sweep, one progress bar counts every
+step); a run's held-out loss is compare's ``loss_at``, and a mean over seeds and a paired difference are
+compare's statistics (hf_vanilla/experiments/statistics.py). ``--estimate``
 times a few steps of every width here and prints the plan's wall time; ``--tiny`` is the same plan at dry-run
 size (seconds: the test suite runs it); ``--reanalyse`` refits a committed record's runs with the current
-analysis (``--add-runs`` adds result files, e.g. more seeds). scripts/experiments.py is the command's door:
+analysis (``--add-runs`` adds result files, e.g. more seeds; ``--rerun`` first trains, resumably, the IsoFLOP
+runs the record names as not yet rerun at their width's chosen rate). scripts/experiments.py is the command's door:
 it calls :func:`sweep` and :func:`reanalyse`, which claim the output folder before anything trains.
 """
 
@@ -33,10 +38,10 @@ import json
 import math
 import os
 import time
+import traceback
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
-from multiprocessing import get_context
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +49,13 @@ import numpy as np
 import torch
 
 from hf_vanilla.configuration_vanilla import VanillaConfig
+from hf_vanilla.errors import sentence
 from hf_vanilla.experiments.experiment import claimed_outputs
+from hf_vanilla.experiments.measures import loss_at
 from hf_vanilla.experiments.report import machine
+from hf_vanilla.experiments.runner import report_step, run_all
 from hf_vanilla.experiments.scaling_fits import BASES, HELD_OUT, REFERENCE_EXPONENTS, analyse
+from hf_vanilla.experiments.statistics import paired_difference
 from hf_vanilla.files.atomic import atomic_write_text
 from hf_vanilla.modeling_vanilla import VanillaForCausalLM
 
@@ -367,34 +376,22 @@ def batches(blocks: torch.Tensor, steps: int, batch_size: int):
         yield blocks[index]
 
 
-@torch.no_grad()
 def held_out_loss(model, held_out: dict[str, torch.Tensor], autocast) -> dict[str, float]:
-    """Mean next-token loss (nats) per held-out corpus and over all their scored tokens together."""
+    """Mean next-token loss (nats) per held-out corpus and over all their scored tokens together: each window
+    scored alone, every token but its first (compare's ``loss_at`` at the training length)."""
     losses, counts = {}, {}
     with autocast:
         for name, windows in held_out.items():
-            losses[name] = window_loss(model, windows)
+            losses[name] = loss_at(model, windows.reshape(-1), windows.shape[1], windows.shape[1])
             counts[name] = windows.numel() - len(windows)  # every token but each window's first
     losses["all"] = sum(losses[k] * counts[k] for k in counts) / sum(counts.values())
     return losses
 
 
-def window_loss(model, windows: torch.Tensor, batch_tokens: int = 8192) -> float:
-    """Mean loss over windows each scored alone (every token but each window's first), a batch at a time."""
-    device, batch, total = next(model.parameters()).device, max(1, batch_tokens // windows.shape[1]), 0.0
-    for i in range(0, len(windows), batch):
-        ids = windows[i : i + batch].to(device)
-        logits = model(input_ids=ids).logits[:, :-1].float()
-        total += torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="sum").double().item()
-    return total / (windows.numel() - len(windows))
-
-
-def train_run(spec: RunSpec, plan: SweepPlan, folder: Path, device: str = "cpu", dtype: str = "float32",
-              threads: int | None = None) -> dict[str, Any]:
+def train_run(spec: RunSpec, plan: SweepPlan, folder: Path, device: str = "cpu", dtype: str = "float32"
+              ) -> dict[str, Any]:
     """Train one run to its D tokens; write and return its result (the held-out and validation losses, the
     curve, the time). A run whose loss turns NaN/inf is recorded as diverged (no losses), not raised."""
-    if threads:
-        torch.set_num_threads(threads)
     data = torch.load(folder / "data.pt")
     torch.manual_seed(spec.seed)
     model = build_model(spec.width, plan).to(device).train()
@@ -418,6 +415,7 @@ def train_run(spec: RunSpec, plan: SweepPlan, folder: Path, device: str = "cpu",
         optimizer.zero_grad(set_to_none=True)
         if step % log_every == 0 or step == spec.steps - 1:
             curve.append((step + 1, round(loss.item(), 4)))
+            report_step(spec.name, step + 1)
         if (step + 1) % max(1, spec.steps // 4) == 0 and step + 1 < spec.steps:
             print(f"{spec.name}: step {step + 1} of {spec.steps}, loss {loss.item():.3f}", flush=True)
     train_time = time.perf_counter() - start
@@ -453,22 +451,41 @@ def finished(spec: RunSpec, folder: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
 
 
-def train_all(specs: list[RunSpec], plan: SweepPlan, folder: Path, workers: int, device: str, dtype: str
-              ) -> list[dict[str, Any]]:
-    """Every run's result: kept ones read back, the others trained (``workers`` at a time, one thread each when
-    more than one), smallest budget first so that an interrupted sweep leaves whole budgets to fit. Runs of
-    the same name (a stage-1 run that is also a stage-2 one) are trained once."""
-    specs = list({s.name: s for s in specs}.values())
-    todo = sorted((s for s in specs if finished(s, folder) is None), key=lambda s: (s.budget, -s.steps))
-    print(f"{len(specs) - len(todo)} of {len(specs)} runs already finished in {folder}", flush=True)
-    if workers > 1 and len(todo) > 1:
-        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-            for future in [pool.submit(train_run, s, plan, folder, device, dtype, 1) for s in todo]:
-                future.result()
-    else:
-        for spec in todo:
-            train_run(spec, plan, folder, device, dtype)
+def train_all(specs: list[RunSpec], plan: SweepPlan, folder: Path, workers: int, device: str, dtype: str,
+              order: Callable[[RunSpec], Any] = lambda s: (s.budget, -s.steps)) -> list[dict[str, Any]]:
+    """Every run's result: kept ones read back, the others trained by compare's runner (``workers`` processes of
+    one thread each that die with the sweep, or in this process with one worker) in ``order``: by default
+    smallest budget first so that an interrupted sweep leaves whole budgets to fit. Runs of the same name (a
+    stage-1 run that is also a stage-2 one) are trained once; a run that fails stops the sweep, once the
+    others have finished."""
+    specs = sorted({s.name: s for s in specs}.values(), key=order)
+    print(f"{sum(finished(s, folder) is not None for s in specs)} of {len(specs)} runs already finished in {folder}",
+          flush=True)
+    outcomes = run_all(specs, workers if workers > 1 else 0, 1, recorded=partial(finished_outcome, folder=folder),
+                       execute_run=partial(train_job, plan=plan, folder=folder, device=device, dtype=dtype))
+    failed = [f"{name}: {found['detail']}" for name, found in outcomes.items() if found["status"] == "failed"]
+    if failed:
+        raise RuntimeError(f"{len(failed)} scaling run(s) failed ({'; '.join(failed)}); the finished ones are kept "
+                           "and the same command trains the rest")
     return [finished(s, folder) for s in specs]  # type: ignore[misc]
+
+
+def finished_outcome(spec: RunSpec, folder: Path) -> dict[str, Any] | None:
+    """A kept run's result as the runner reads an outcome (with its status)."""
+    found = finished(spec, folder)
+    return None if found is None else dict(found, status="diverged" if found["diverged_at"] is not None else "completed")
+
+
+def train_job(spec: RunSpec, deadline: float | None, plan: SweepPlan, folder: Path, device: str, dtype: str
+              ) -> dict[str, Any]:
+    """One run as the runner's workers execute it (the sweep sets no deadline): its result file written, its
+    outcome returned; an error is the run's outcome ("failed"), not the worker's end."""
+    try:
+        train_run(spec, plan, folder, device, dtype)
+    except Exception as error:  # noqa: BLE001 -- reported by train_all, after the other runs
+        traceback.print_exc()
+        return dict(status="failed", detail=sentence(error))
+    return finished_outcome(spec, folder)  # type: ignore[return-value]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -566,6 +583,10 @@ def scaling_table(record: dict[str, Any]) -> str:
         chosen = f"its chosen {v['chosen']:g}" if v["chosen"] else "a rate (none tried at its home budget yet)"
         lines.append(f"Width {width}: IsoFLOP runs at {v['used']:g}, not rerun at {chosen} "
                      f"(held-out gain at {v['home_budget']:.3g}, one seed: {gain}).")
+    for width, c in record.get("rate_changes", {}).items():
+        lines.append(f"Width {width}: IsoFLOP runs moved from {c['earlier_rate']:g} to {c['rate']:g}; held-out loss "
+                     f"change, paired by budget and seed ({c['n']} pairs): {c['mean']:+.4f} "
+                     f"[{c['low']:+.4f}, {c['high']:+.4f}] (95%, t).")
     sensitivity = analysis.get("rate_sensitivity")
     if sensitivity:
         lines += ["", f"With those widths' losses lowered by their gains: a = {sensitivity['a']:.3f} (total), "
@@ -772,7 +793,10 @@ def reanalysed(record: dict[str, Any], added: list[dict[str, Any]], where: dict[
         record = dict(record, **rechoose_rates(record, added))
     else:
         record = dict(record, runs=record["runs"] + added)
-    record["reanalysed"] = dict(where, added_runs=[dict(name=r["name"], why=why_added(record, r, before)) for r in added])
+    record["reanalysed"] = with_history(record.get("reanalysed"), where,
+                                        [dict(name=r["name"], why=why_added(record, r, before)) for r in added])
+    if record.get("superseded_runs"):
+        record["rate_changes"] = rate_changes(record)
     runs = record["runs"]
     budgets = tuple(b for b in plan["budgets"] if any(r["budget"] == b for r in runs))
     record.update(runs=sorted(runs, key=lambda r: (r["budget"], r["parameters"], r["seed"])),
@@ -780,6 +804,36 @@ def reanalysed(record: dict[str, Any], added: list[dict[str, Any]], where: dict[
     if record.get("rates_not_rerun"):
         record["analysis"]["rate_sensitivity"] = rate_sensitivity(record, budgets)
     return record
+
+
+def with_history(earlier: dict[str, Any] | None, where: dict[str, Any], added: list[dict[str, Any]]) -> dict[str, Any]:
+    """This re-analysis's provenance and the runs it added, after those every earlier re-analysis added (each
+    entry with the commit that added it) and the earlier provenances: the record keeps why each run is in it."""
+    if not earlier:
+        return dict(where, added_runs=[dict(a, commit=where.get("commit")) for a in added])
+    previous = {k: v for k, v in earlier.items() if k not in ("added_runs", "earlier")}
+    kept = [dict(a, commit=a.get("commit", previous.get("commit"))) for a in earlier.get("added_runs", [])]
+    return dict(where, added_runs=kept + [dict(a, commit=where.get("commit")) for a in added],
+                earlier=[*earlier.get("earlier", []), previous])
+
+
+def rate_changes(record: dict[str, Any]) -> dict[str, Any]:
+    """Per width whose IsoFLOP runs are at another rate than its earlier (superseded) ones: the held-out loss at
+    the rate now used minus at the earlier one, paired by budget and seed (the same initialisation and data
+    order), its mean over the pairs and the t interval of that mean (compare's ``paired_difference``)."""
+    pool = {(r["budget"], r["width"], r["seed"], r["learning_rate"]): r for key in ("runs", "learning_rate_runs",
+            "superseded_runs") for r in record.get(key, []) if r["held_out_loss"]}
+    changes = {}
+    for width in sorted({r["width"] for r in record["runs"]}):
+        now = sorted((r for r in record["runs"] if r["width"] == width), key=lambda r: (r["budget"], r["seed"]))
+        for old in sorted({r["learning_rate"] for r in record["superseded_runs"] if r["width"] == width}):
+            before = [pool.get((r["budget"], width, r["seed"], old)) for r in now]
+            if old == now[0]["learning_rate"] or None in before:
+                continue  # only a width whose every run has its pair at the earlier rate
+            difference = paired_difference([r["held_out_loss"]["all"] for r in now],
+                                           [r["held_out_loss"]["all"] for r in before])  # type: ignore[index]
+            changes[str(width)] = dict(earlier_rate=old, rate=now[0]["learning_rate"], **difference.as_dict())
+    return changes
 
 
 def why_added(record: dict[str, Any], run: dict[str, Any], earlier_rate_runs: set[str]) -> str:
@@ -791,7 +845,10 @@ def why_added(record: dict[str, Any], run: dict[str, Any], earlier_rate_runs: se
                 + ("a rate beyond the highest (lowest) tried, to bracket it" if moved
                    else "its home moved off a predicted budget"))
     if any(r["name"] == run["name"] for r in record["runs"]):
-        return "an IsoFLOP run at its width's chosen rate"
+        replaced = sorted({r["learning_rate"] for r in record.get("superseded_runs", []) if (r["budget"], r["width"],
+                           r["seed"]) == (run["budget"], run["width"], run["seed"])})
+        return "an IsoFLOP run at its width's chosen rate" + "".join(
+            f", in place of the run at {lr:g}" for lr in replaced)
     if record.get("learning_rates", {}).get(str(run["width"])) == run["learning_rate"]:
         return "an IsoFLOP run at its width's chosen rate, not fitted until every run of the width has run"
     return "superseded: not used by the fit"
@@ -833,6 +890,44 @@ def rechoose_rates(record: dict[str, Any], added: list[dict[str, Any]]) -> dict[
                 runs=runs, rates_not_rerun=not_rerun,
                 superseded_runs=[r for r in pool.values() if r["name"] not in used_names
                                  and r["name"] not in {x["name"] for x in rate_runs}])
+
+
+def rerun_specs(record: dict[str, Any]) -> list[RunSpec]:
+    """The IsoFLOP runs a record names under ``rates_not_rerun`` and does not hold: each such width at its
+    chosen rate, at every budget using it, with every seed (a run the rate stage already trained is not
+    trained again)."""
+    plan = plan_of(record["plan"])
+    counts = family(plan)
+    held = {r["name"] for key in ("learning_rate_runs", "runs", "superseded_runs") for r in record.get(key, [])}
+    wanted = [spec(b, int(w), plan, counts, v["chosen"], seed) for w, v in record.get("rates_not_rerun", {}).items()
+              if v["chosen"] for b in plan.budgets if int(w) in widths_for(b, plan, counts) for seed in plan.seeds]
+    return [s for s in wanted if s.name not in held]
+
+
+def whole_widths_first(specs: list[RunSpec]) -> Callable[[RunSpec], Any]:
+    """The order of a rerun: the widths whose runs spend the least compute in all first, so that a rerun stopped
+    early leaves whole widths (a width's runs replace its earlier ones only when every one of them has run)."""
+    compute: dict[int, float] = {}
+    for s in specs:
+        compute[s.width] = compute.get(s.width, 0.0) + s.budget
+    return lambda s: (compute[s.width], s.width, s.budget, -s.steps)
+
+
+def train_reruns(record: dict[str, Any], folder: Path, workers: int, device: str = "cpu", dtype: str = "float32"
+                 ) -> list[dict[str, Any]]:
+    """Train, in ``folder`` (resumable, as the sweep's runs), the IsoFLOP runs ``rerun_specs`` names, on the
+    record's own data, and return their results; a folder whose prepared data is not the record's is refused."""
+    plan = plan_of(record["plan"])
+    claim_folder(plan, folder)
+    sources = record.get("data")
+    data = prepare_data(plan, lambda: local_corpora(sources) if isinstance(sources, list) else english_corpora(), folder)
+    held_out = {k: int(v.numel()) for k, v in data["held_out"].items()}
+    if (data["train_tokens"], held_out) != (record["train_tokens"], record["held_out_tokens"]):
+        raise ValueError(f"{folder / 'data.pt'} holds {data['train_tokens']:,} training tokens and held-out {held_out}, "
+                         f"the record {record['train_tokens']:,} and {record['held_out_tokens']}: not the record's data;"
+                         " pass another --runs folder")
+    specs = rerun_specs(record)
+    return train_all(specs, plan, folder, workers, device, dtype, order=whole_widths_first(specs))
 
 
 def plan_of(recorded: dict[str, Any]) -> SweepPlan:
@@ -884,10 +979,15 @@ def sweep(out: Path, runs: Path, plan: SweepPlan, data_files: tuple[str, ...] = 
     return record
 
 
-def reanalyse(out: Path, record_path: Path, added: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """Refit a written record (and added result files) with this analysis into ``out/scaling.{png,md,json}``."""
+def reanalyse(out: Path, record_path: Path, added: tuple[Path, ...] = (), rerun_in: Path | None = None,
+              workers: int = 1) -> dict[str, Any]:
+    """Refit a written record (and added result files) with this analysis into ``out/scaling.{png,md,json}``;
+    with ``rerun_in``, first train there the runs the record names as not rerun (``rates_not_rerun``), and add them."""
     record = json.loads(record_path.read_text(encoding="utf-8"))
     runs = [json.loads(path.read_text(encoding="utf-8")) for path in added]
+    if rerun_in is not None:
+        named = {r["name"] for r in runs}
+        runs += [r for r in train_reruns(record, rerun_in, workers) if r["name"] not in named]
     record = reanalysed(record, runs, provenance())
     with claimed_outputs(out, "scaling") as outputs:
         write_outputs(record, *outputs)

@@ -35,6 +35,9 @@ from typing import Any
 
 import numpy as np
 
+from hf_vanilla.experiments.statistics import CONFIDENCE, t_quantile
+from hf_vanilla.experiments.statistics import interval as seed_interval
+
 #: Chinchilla's and Kaplan's exponents (N_opt ~ C^a, D_opt ~ C^b), printed beside the measured ones.
 REFERENCE_EXPONENTS = {"Chinchilla (Hoffmann et al. 2022)": (0.50, 0.50), "Kaplan et al. 2020": (0.73, 0.27)}
 
@@ -142,7 +145,8 @@ def interpolate(x: np.ndarray, xp: np.ndarray, fp: np.ndarray) -> np.ndarray:
     return np.where(x < xp[0], low, np.where(x > xp[-1], high, inside))
 
 
-def interval(values: np.ndarray) -> list[float] | None:
+def percentile_interval(values: np.ndarray) -> list[float] | None:
+    """The central 95% of bootstrap draws (the fits' intervals; a mean over seeds has compare's t interval)."""
     finite = values[np.isfinite(values)]
     return [float(v) for v in np.percentile(finite, [2.5, 97.5])] if len(finite) else None
 
@@ -172,25 +176,22 @@ def fit_power_law(log_c: np.ndarray, log_y: np.ndarray, variance: np.ndarray, dr
     interval from the slopes of the draws (draws x budgets, the same weights); beside it the ordinary
     least-squares a through the points with its t interval (budgets - 2 dof)."""
     weights = 1 / np.maximum(variance, 1e-12)
-    result = dict(exponent=float(weighted_slopes(log_c, log_y, weights)), ci95=interval(
+    result = dict(exponent=float(weighted_slopes(log_c, log_y, weights)), ci95=percentile_interval(
         weighted_slopes(draws_c, draws_y, weights)), **ols_line(log_c, log_y))
     if case_c is not None:
-        result["case_ci95"] = interval(weighted_slopes(case_c, case_y, weights))
+        result["case_ci95"] = percentile_interval(weighted_slopes(case_c, case_y, weights))
     return result
 
 
 def ols_line(log_c: np.ndarray, log_y: np.ndarray) -> dict[str, Any]:
     """The ordinary least-squares slope through the points and its 95% t interval (None with two points)."""
-    # scipy loads in about a second: only where an interval or a curve is fitted
-    from scipy.stats import t
-
     slope, intercept = np.polyfit(log_c, log_y, 1)
     dof = len(log_c) - 2
     if dof < 1:
         return dict(ols_exponent=float(slope), ols_ci95=None)
     scatter = np.sum((log_y - slope * log_c - intercept) ** 2) / dof
     se = math.sqrt(scatter / np.sum((log_c - log_c.mean()) ** 2))
-    half = float(t.ppf(0.975, dof)) * se
+    half = t_quantile(0.5 + CONFIDENCE / 2, dof) * se
     return dict(ols_exponent=float(slope), ols_ci95=[float(slope - half), float(slope + half)])
 
 
@@ -325,8 +326,8 @@ def budget_optimum(runs: list[dict[str, Any]], context: int, draws: int, rng: np
     size = np.array([r["parameters"] for r in runs])
     seeds = np.array([r.get("seed", 0) for r in runs])
     sizes = np.unique(size)
-    mean = np.array([loss[size == s].mean() for s in sizes])
-    spread = [float(loss[size == s].std(ddof=1)) if (size == s).sum() > 1 else None for s in sizes]
+    by_size = [seed_interval(loss[size == s]) for s in sizes]  # each size's mean and sd over its seeds
+    mean, spread = np.array([i.mean for i in by_size]), [i.sd for i in by_size]
     best = int(mean.argmin())
     best_runs = [r for r in runs if r["parameters"] == sizes[best]]
     summary: dict[str, Any] = dict(
@@ -361,7 +362,7 @@ def budget_optimum(runs: list[dict[str, Any]], context: int, draws: int, rng: np
                    no_minimum_fraction=float(np.isnan(draws_x).mean()), sizes_below=None, sizes_above=None)
         if math.isfinite(x):
             c_opt, d_opt = (float(interpolate(np.array(x), along, v)) for v in (log_c, log_d))
-            ci = interval(draws_x)
+            ci = percentile_interval(draws_x)
             fit.update(log_n_opt=x, n_opt=math.exp(x), log_compute=c_opt, compute=math.exp(c_opt), log_d_opt=d_opt,
                        d_opt=math.exp(d_opt), loss_at_opt=float(np.polyval(point, x)),
                        log_n_opt_se=float(np.nanstd(draws_x)), n_opt_ci95=[math.exp(v) for v in ci] if ci else None,
@@ -417,7 +418,7 @@ def held_out_prediction(per_budget: list[dict[str, Any]], draws_of: list[dict[st
             measured_seed_se=mean_se, prediction_seed_sd=None if prediction_sd[j] is None else float(prediction_sd[j]),
             combined_seed_se=noise, error_in_combined_se=(predicted - measured) / noise if noise else None,
             budget=b["budget"], compute=b["best_compute"], predicted_loss=predicted,
-            predicted_ci95=interval(draw_array[:, j]) if len(draw_array) else None, measured_loss=measured,
+            predicted_ci95=percentile_interval(draw_array[:, j]) if len(draw_array) else None, measured_loss=measured,
             measured_seed_sd=spread, seeds=len(b["seeds"]), error=predicted - measured,
             relative_error=(predicted - measured) / measured,
             error_in_seed_sds=(predicted - measured) / spread if spread else None,
