@@ -135,7 +135,8 @@ def run(task: Task, run_dir: Path, opts: TrainOptions, extra_callbacks: list,
 def after_failure(folder: OutputFolder, resumed: bool, resume_command: str | None) -> str:
     """What the next command does in the run's folder after the run failed: go on from the newest checkpoint once
     this run has one (or continued one), else start again where the folder was put back (or will be)."""
-    last = newest_checkpoint(folder.path) if resumed or folder.committed else None
+    committed = folder.committed or folder.write_is_complete()  # its first checkpoint in place, commit cut short
+    last = newest_checkpoint(folder.path) if resumed or committed else None
     if last is not None:
         return f"{how_to_resume(resume_command)}: it continues from {Path(last).name}"
     return f"run the same command again: {folder.as_left(existed=not folder.created)}"
