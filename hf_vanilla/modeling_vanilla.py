@@ -446,7 +446,7 @@ class VanillaCrossAttention(VanillaAttention):
 
 #: Checkpoint names of folders saved before the block held its norms itself (one ``ResidualStep`` module a sub-layer
 #: held each, ``layers.0.self_attn_step.norm.weight``): read by ``from_pretrained`` through transformers' weight
-#: renaming and by ``load_state_dict`` (Trainer's resume, PEFT) through :meth:`VanillaBlock._load_from_state_dict`,
+#: renaming and by ``load_state_dict`` (Trainer's resume, PEFT) through :func:`read_legacy_names`,
 #: never written. One pattern: loading tries each renaming on every tensor name.
 LEGACY_KEY_NAMES = {r"\.(self_attn|cross_attn|mlp)_step\.norm\.": r".\1_norm."}
 
@@ -456,6 +456,15 @@ def legacy_renamed(name: str) -> str:
     for old, new in LEGACY_KEY_NAMES.items():
         name = re.sub(old, new, name)
     return name
+
+
+def read_legacy_names(module: nn.Module, state_dict: dict, prefix: str, *args: Any) -> None:
+    """A load_state_dict pre-hook: a block's tensors under an older checkpoint's names take today's, before torch
+    loads the block's children from the same dict."""
+    for old in [name for name in state_dict if name.startswith(prefix)]:
+        new = prefix + legacy_renamed("." + old[len(prefix):])[1:]
+        if new != old:
+            state_dict[new] = state_dict.pop(old)
 
 
 def is_legacy_renaming(transform: object) -> bool:
@@ -485,14 +494,7 @@ class VanillaBlock(GradientCheckpointingLayer):
             self.cross_attn = self.cross_attn_norm = None
         self.mlp = build_feed_forward(config)
         self.mlp_norm = build_norm(config)
-
-    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:
-        # torch loads the children from this dict afterwards: an older checkpoint's norm names are read as today's
-        for old in [name for name in state_dict if name.startswith(prefix)]:
-            new = prefix + legacy_renamed("." + old[len(prefix):])[1:]
-            if new != old:
-                state_dict[new] = state_dict.pop(old)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self.register_load_state_dict_pre_hook(read_legacy_names)
 
     def residual(
         self, hidden_states: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor], norm: nn.Module

@@ -34,6 +34,7 @@ PURE_STDLIB = {"__future__", "typing", "math", "copy", "dataclasses", "collectio
                "inspect",  # inspect: the signature of a registered attention function (does it take position_bias)
                "contextlib",
                "importlib",  # importlib: VanillaConfig.from_preset asks for the package's presets by name
+               "re",  # re: older checkpoints' norm names, read by one pattern (LEGACY_KEY_NAMES) as key_mapping reads it
                "sys"}  # sys: sys.modules, whether PEFT is imported (to tell it LoRA's default targets)
 #: transformers' own configuration files import `strict` from here (a hard dependency of transformers).
 TRANSFORMERS_CONFIG_HELPER = "huggingface_hub.dataclasses"

@@ -357,10 +357,15 @@ class OutputFolder:
         has_checkpoint = any(p.name.startswith("checkpoint-") and (p / "trainer_state.json").is_file() for p in entries)
         return sorted(p.name for p in entries) if names_a_task and has_checkpoint else None
 
+    #: How many of a refused folder's names its sentence gives: a folder save_pretrained wrote holds 10 (7 of them
+    #: code files), so a file of the user's beside them is still named.
+    NAMED = 12
+
     def _not_ours_message(self, *, overwrite: bool, resume: bool) -> str:
         what, command = KINDS[self.kind]
         entries = sorted(p.name + ("/" if p.is_dir() else "") for p in self.path.iterdir() if p.name != LOCK)
-        listing = ", ".join(entries[:6]) + (f" and {len(entries) - 6} more" if len(entries) > 6 else "")
+        more = len(entries) - self.NAMED
+        listing = ", ".join(entries[:self.NAMED]) + (f" and {more} more" if more > 0 else "")
         why = (f"{self.path} is not {what} hf_vanilla wrote: it holds files hf_vanilla did not write ({listing}) "
                f"and no {RECORD}, the record of the files `{command}` writes")
         if (self.path / "run.json").is_file():
