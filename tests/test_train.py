@@ -310,6 +310,11 @@ _KILLABLE = textwrap.dedent("""
 """)
 
 
+#: The same run, paused (not killed) the instant checkpoint-3/ is in place: a writer that still holds its folder.
+_PAUSED = _KILLABLE.replace("import json, os, signal, sys", "import json, os, signal, sys, time").replace(
+    "os.kill(os.getpid(), signal.SIGKILL)", "time.sleep(600)")
+
+
 def test_resume_after_sigkill_reproduces_the_uninterrupted_run(reference_run, tmp_path):
     """SIGKILL between the first checkpoint's publication and anything after it, then --resume: the visible
     checkpoint is the run's, recovery keeps it, and resuming from it gives the uninterrupted run bit for bit."""
@@ -648,8 +653,9 @@ def test_run_lock_refuses_a_live_holder_and_not_a_dead_ones_file(tmp_path):
 
 
 def test_a_second_writer_is_refused(reference_run, tmp_path):
-    script = tmp_path / "killable.py"
-    script.write_text(_KILLABLE)
+    # a child that killed itself at checkpoint-3 released the lock before this test could ask: it must stay alive
+    script = tmp_path / "paused.py"
+    script.write_text(_PAUSED)
     run_dir = tmp_path / "locked"
     child = subprocess.Popen([sys.executable, str(script), str(run_dir), json.dumps(reference_run[1])],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=Path(__file__).parent.parent)
@@ -1004,6 +1010,7 @@ def test_the_main_job_has_no_time_limit_and_names_its_own_command_to_finish(monk
         raise FileExistsError("stop here: the options are what this test looks at")
 
     monkeypatch.setattr(T, "train", train)
+    monkeypatch.chdir(tmp_path)  # the job's default folder is relative: a main job run here before must not count
     main = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "main_job.py"))["main"]
     assert main([]) == 2 and main(["--output-dir", str(tmp_path / "r"), "--overwrite", "--time-limit", "30"]) == 2
     assert asked[0]["time_limit_minutes"] is None and asked[1]["time_limit_minutes"] == 30
@@ -1012,7 +1019,7 @@ def test_the_main_job_has_no_time_limit_and_names_its_own_command_to_finish(monk
     assert asked[1]["resume_command"] == f"bash scripts/main_job.sh --output-dir {tmp_path / 'r'} --resume"
 
 
-def test_the_main_job_ends_a_ctrl_c_in_one_line_and_exit_130(monkeypatch, capsys):
+def test_the_main_job_ends_a_ctrl_c_in_one_line_and_exit_130(monkeypatch, capsys, tmp_path):
     import runpy
 
     def train(*args, **options):
@@ -1020,6 +1027,7 @@ def test_the_main_job_ends_a_ctrl_c_in_one_line_and_exit_130(monkeypatch, capsys
                                          "runs/main-shakespeare/checkpoint-50")
 
     monkeypatch.setattr(T, "train", train)
+    monkeypatch.chdir(tmp_path)  # the job's default folder is relative: a main job run here before must not count
     main = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "main_job.py"))["main"]
     assert main([]) == 130
     assert capsys.readouterr().err == ("main_job: interrupted during training; To continue, run "
