@@ -561,23 +561,47 @@ def _spread(sd: float | None) -> str:
     return f"± {sd:.4f}" if sd is not None else "(one seed: spread not measured)"
 
 
+def _rate_stage_lines(record: dict[str, Any]) -> list[str]:
+    """The learning-rate stage's runs, one row each, the chosen rate of each width marked (none without the stage)."""
+    if not record.get("learning_rate_runs"):
+        return []
+    lines = ["| width | home budget | learning rate | steps | validation loss | held-out loss | chosen |",
+             "|---|---|---|---|---|---|---|"]
+    for r in sorted(record["learning_rate_runs"], key=lambda r: (r["width"], r["learning_rate"])):
+        loss = f"{r['validation_loss']:.4f}" if r["validation_loss"] is not None else f"diverged ({r['diverged_at']})"
+        held = f"{r['held_out_loss']['all']:.4f}" if r["held_out_loss"] else ""
+        chosen = "✓" if record["learning_rates"].get(str(r["width"])) == r["learning_rate"] else ""
+        if chosen and not record.get("bracketed", {}).get(str(r["width"]), True):
+            chosen = "✓ (not bracketed)"
+        lines.append(f"| {r['width']} | {r['budget']:.3g} | {r['learning_rate']:g} | {r['steps']:,} | {loss} | "
+                     f"{held} | {chosen} |")
+    lines.append("")
+    return lines
+
+
+def _prediction_lines(p: dict[str, Any]) -> list[str]:
+    """The frontier and each held-out budget's prediction against its measured loss."""
+    f = p["frontier"]
+    lines = [f"Frontier {f['form']} = {f['E']:.3f} + {f['A']:.3f}·(C/{f['reference_budget']:.3g})^-{f['alpha']:.3f}, "
+             f"fitted on the budgets {', '.join(f'{c:.3g}' for c in p['fitted_budgets'])}.", "",
+             "| held-out budget | C (best run) | predicted (95%) | prediction's seed sd | measured (seed se, seeds) | "
+             "error | error / combined seed se | log-log line: error |", "|---|---|---|---|---|---|---|---|"]
+    for q in p["predictions"]:
+        ratio = f"{q['error_in_combined_se']:+.1f}" if q.get("error_in_combined_se") is not None else "not measured"
+        se = f"± {q['measured_seed_se']:.4f}" if q.get("measured_seed_se") else "(one seed)"
+        sd = f"{q['prediction_seed_sd']:.4f}" if q.get("prediction_seed_sd") is not None else ""
+        lines.append(f"| {q['budget']:.3g} | {q['compute']:.3g} | {q['predicted_loss']:.4f} "
+                     f"{_interval(q['predicted_ci95'], '{:.4f}')} | {sd} | {q['measured_loss']:.4f} {se}, {q['seeds']} | "
+                     f"{q['error']:+.4f} ({100 * q['relative_error']:+.2f}%) | {ratio} | {q['baseline_error']:+.4f} |")
+    return lines
+
+
 def scaling_table(record: dict[str, Any]) -> str:
     """The runs (one row each), the learning-rate stage, the fits in both bases and the predictions, in Markdown."""
     analysis = record["analysis"]
     lines = [f"**Partial sweep**: {len(record['missing_runs'])} runs not finished ({', '.join(record['missing_runs'])});"
              " only budgets whose runs all finished are fitted.", ""] if record["partial"] else []
-    if record.get("learning_rate_runs"):
-        lines += ["| width | home budget | learning rate | steps | validation loss | held-out loss | chosen |",
-                  "|---|---|---|---|---|---|---|"]
-        for r in sorted(record["learning_rate_runs"], key=lambda r: (r["width"], r["learning_rate"])):
-            loss = f"{r['validation_loss']:.4f}" if r["validation_loss"] is not None else f"diverged ({r['diverged_at']})"
-            held = f"{r['held_out_loss']['all']:.4f}" if r["held_out_loss"] else ""
-            chosen = "✓" if record["learning_rates"].get(str(r["width"])) == r["learning_rate"] else ""
-            if chosen and not record.get("bracketed", {}).get(str(r["width"]), True):
-                chosen = "✓ (not bracketed)"
-            lines.append(f"| {r['width']} | {r['budget']:.3g} | {r['learning_rate']:g} | {r['steps']:,} | {loss} | "
-                         f"{held} | {chosen} |")
-        lines.append("")
+    lines += _rate_stage_lines(record)
     for width, v in record.get("rates_not_rerun", {}).items():
         gain = f"{v['held_out_gain_at_home']:+.4f}" if v["held_out_gain_at_home"] is not None else "not measured"
         chosen = f"its chosen {v['chosen']:g}" if v["chosen"] else "a rate (none tried at its home budget yet)"
@@ -631,19 +655,7 @@ def scaling_table(record: dict[str, Any]) -> str:
     lines.append("")
     if p["status"] != "ok":
         return "\n".join([*lines, f"No prediction ({p['status']}).", ""])
-    f = p["frontier"]
-    lines += [f"Frontier {f['form']} = {f['E']:.3f} + {f['A']:.3f}·(C/{f['reference_budget']:.3g})^-{f['alpha']:.3f}, "
-              f"fitted on the budgets {', '.join(f'{c:.3g}' for c in p['fitted_budgets'])}.", "",
-              "| held-out budget | C (best run) | predicted (95%) | prediction's seed sd | measured (seed se, seeds) | "
-              "error | error / combined seed se | log-log line: error |", "|---|---|---|---|---|---|---|---|"]
-    for q in p["predictions"]:
-        ratio = f"{q['error_in_combined_se']:+.1f}" if q.get("error_in_combined_se") is not None else "not measured"
-        se = f"± {q['measured_seed_se']:.4f}" if q.get("measured_seed_se") else "(one seed)"
-        sd = f"{q['prediction_seed_sd']:.4f}" if q.get("prediction_seed_sd") is not None else ""
-        lines.append(f"| {q['budget']:.3g} | {q['compute']:.3g} | {q['predicted_loss']:.4f} "
-                     f"{_interval(q['predicted_ci95'], '{:.4f}')} | {sd} | {q['measured_loss']:.4f} {se}, {q['seeds']} | "
-                     f"{q['error']:+.4f} ({100 * q['relative_error']:+.2f}%) | {ratio} | {q['baseline_error']:+.4f} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, *_prediction_lines(p)]) + "\n"
 
 
 def plot_scaling(record: dict[str, Any], path: Path) -> None:
