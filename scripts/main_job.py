@@ -49,6 +49,7 @@ from hf_vanilla.arguments import OneSentenceParser, positive_number, whole_numbe
 from hf_vanilla.errors import HfVanillaError, sentence
 from hf_vanilla.files.output_folder import FolderBusyError, OutputFolder
 from hf_vanilla.publishing.unfinished import resume_command
+from hf_vanilla.sizing import check_fits
 from hf_vanilla.tasks import get_task
 from hf_vanilla.training.options import make_options, preset_model_fields
 from hf_vanilla.training.preflight import check_before_loading
@@ -110,8 +111,11 @@ def job_options(args: argparse.Namespace) -> dict:
 def check_first(args: argparse.Namespace) -> None:
     """What the folder and the arguments alone refuse, before torch loads (hf_vanilla.training.preflight)."""
 
-    task = get_task("clm")
-    check_before_loading(task, Path(args.output_dir), make_options(job_options(args)).resolved(task))
+    task, options = get_task("clm"), make_options(job_options(args))
+    if args.config:  # too large for this machine: said in the job's words (the preset and its fields are the job's)
+        check_fits(preset_model_fields(options, task), source=f"--config '{json.dumps(args.config)}' over the main "
+                   "job's model", purpose="train")
+    check_before_loading(task, Path(args.output_dir), options.resolved(task))
 
 
 def say_estimate(args: argparse.Namespace) -> None:

@@ -146,6 +146,8 @@ def test_refusals_from_the_folder_and_arguments_alone_come_as_fast_as_help(tmp_p
         ("scripts/main_job.py", "--output-dir", str(finished)): (2, "already holds a training run"),
         ("scripts/main_job.py", "--output-dir", str(busy)): (2, "in progress"),
         ("scripts/main_job.py", "--output-dir", str(finished), "--resume", "--seed", "9"): (2, "--seed (seed) 0, not 9"),
+        ("scripts/main_job.py", "--output-dir", str(tmp_path / "new"), "--config", '{"hidden_size": 65536}'):
+            (2, "--config '{\"hidden_size\": 65536}' over the main job's model describes"),  # the user's words
         ("-m", "hf_vanilla.cli", "train", "--task", "clm", "--output-dir", str(finished)):
             (2, "already holds a training run"),
         ("-m", "hf_vanilla.cli", "train", "--task", "clm", "--output-dir", str(busy)): (2, "in progress"),
