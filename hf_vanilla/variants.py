@@ -456,13 +456,20 @@ def values_where(option: str, **properties: Any) -> tuple[Any, ...]:
     return tuple(r.value for r in rows(option) if all(getattr(r, k) == v for k, v in properties.items()))
 
 
+def activating_conditions() -> dict[str, dict[str, tuple[Any, ...]]]:
+    """Every field that takes effect only under some option's values -> {option: those values}, read from the
+    table in one pass."""
+    conditions: dict[str, dict[str, tuple[Any, ...]]] = {}
+    for r in VARIANTS:
+        for name in r.active_fields:
+            found = conditions.setdefault(name, {})
+            found[r.option] = (*found.get(r.option, ()), r.value)
+    return conditions
+
+
 def activating_values(field_name: str) -> dict[str, tuple[Any, ...]]:
     """{option: values} under which ``field_name`` takes effect; empty when it always does."""
-    found: dict[str, tuple[Any, ...]] = {}
-    for r in VARIANTS:
-        if field_name in r.active_fields:
-            found[r.option] = (*found.get(r.option, ()), r.value)
-    return found
+    return activating_conditions().get(field_name, {})
 
 
 def native_values(option: str, target: str) -> tuple[Any, ...]:
@@ -470,25 +477,33 @@ def native_values(option: str, target: str) -> tuple[Any, ...]:
     return tuple(r.value for r in rows(option) if target in r.to_hf)
 
 
+def holds(condition: dict[str, tuple[Any, ...]], config: Any) -> bool:
+    """Whether ``config`` meets a condition of :func:`activating_values` (each option at one of its values)."""
+    return all(getattr(config, other) in allowed for other, allowed in condition.items())
+
+
 def is_option_active(option: str, config: Any) -> bool:
     """Whether ``option`` takes effect in ``config`` (``rope_parameters`` only with RoPE)."""
-    return all(getattr(config, other) in allowed for other, allowed in activating_values(option).items())
+    return holds(activating_values(option), config)
 
 
 def rows_of(config: Any) -> tuple[Variant, ...]:
     """The rows ``config`` uses, in table order: for each option in effect, the row naming its value, or else its
     NON_DEFAULT row where the value differs from the default (``default_of``, or the field's default)."""
-    used = []
-    for option in options():
-        if not is_option_active(option, config):
+    by_option: dict[str, list[Variant]] = {}
+    for r in VARIANTS:  # one pass: every build asks (its parallel plans)
+        by_option.setdefault(r.option, []).append(r)
+    conditions = activating_conditions()
+    used: set[int] = set()
+    for option, option_rows in by_option.items():
+        if not holds(conditions.get(option, {}), config):
             continue
         value = getattr(config, option, None)  # rope_parameters is absent where RoPE was chosen after building
-        named = [r for r in rows(option) if r.value != NON_DEFAULT and r.value == value]
-        differing = [r for r in rows(option) if r.value == NON_DEFAULT
+        named = [r for r in option_rows if r.value != NON_DEFAULT and r.value == value]
+        differing = [r for r in option_rows if r.value == NON_DEFAULT
                      and value != (r.default_of(config) if r.default_of else default_value(config, option))]
-        used += named or differing
-    place = {id(r): i for i, r in enumerate(VARIANTS)}  # by identity: comparing rows field by field is slow
-    return tuple(sorted(used, key=lambda r: place[id(r)]))
+        used.update(map(id, named or differing))  # by identity: comparing rows field by field is slow
+    return tuple(r for r in VARIANTS if id(r) in used)
 
 
 def default_value(config: Any, name: str) -> Any:
