@@ -723,7 +723,7 @@ class VanillaStack(VanillaPreTrainedModel):
         )
         positions = build_positional_scheme(config, causal=self.is_causal)
         self.positions_name = positions.module_name
-        self.add_module(positions.module_name, positions)
+        self.add_module(self.positions_name, positions)
         self.embedding_norm = build_norm(config) if config.embedding_norm else None
         self.hidden_dropout = config.hidden_dropout
         depth = num_layers if num_layers is not None else self.default_depth(config)

@@ -79,6 +79,9 @@ class Variant:
     pipeline_refusal: str | None = None
     #: Extra entries of the tensor-parallel plan, relative to the module holding the row's parameters.
     tensor_parallel_plan: tuple[tuple[str, str], ...] = ()
+    #: For a positional scheme: the name each stack holds its module under, where its tensors' checkpoint names and
+    #: its ``tensor_parallel_plan`` entries start (stated here alone: its class and the plans read it).
+    module_name: str = "positions"
     #: Part of the output layer: an engine that builds its own (vLLM generating) decides; pooling never reads it.
     output_layer: bool = False
     #: Why vLLM cannot serve this value ("" when it can; follows ``engines`` unless given).
@@ -298,8 +301,11 @@ VARIANTS: list[Variant] = [
     Variant("position_embedding_type", "learned", "one trained vector per position (BERT, GPT-2, BART)",
             active_fields=("position_offset",), adds_to_embeddings=True, parameters=True,
             to_hf=("gpt2", "bert", "bart"), to_hf_conditions=(("bart", "position_offset=2"),), engines=_EVERY_ENGINE),
+    # held as Llama holds it, `rotary_emb`: tools that look for a model's RoPE module (transformers' RoPE-scaling
+    # tests) find it by name
     Variant("position_embedding_type", "rope", "queries and keys rotated by position (Llama)",
-            active_fields=("rope_parameters",), check=check_rope, to_hf=("llama",), engines=_EVERY_ENGINE),
+            active_fields=("rope_parameters",), check=check_rope, module_name="rotary_emb", to_hf=("llama",),
+            engines=_EVERY_ENGINE),
     Variant("position_embedding_type", "alibi", "linear distance penalty per head (Press et al.)",
             attention_bias=True, vllm_refusal=_BIAS_IN_VLLM, engines=_every_engine_but(VLLM, TENSOR_PARALLEL)),
     Variant("position_embedding_type", "relative", "learned bucketed bias per head (T5)",
