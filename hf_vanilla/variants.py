@@ -483,6 +483,10 @@ def native_values(option: str, target: str) -> tuple[Any, ...]:
     return tuple(r.value for r in rows(option) if target in r.to_hf)
 
 
+#: An option that takes no effect in a config (:func:`rows_of`).
+_IDLE = object()
+
+
 def holds(condition: dict[str, tuple[Any, ...]], config: Any) -> bool:
     """Whether ``config`` meets a condition of :func:`activating_values` (each option at one of its values)."""
     return all(getattr(config, other) in allowed for other, allowed in condition.items())
@@ -496,20 +500,23 @@ def is_option_active(option: str, config: Any) -> bool:
 def rows_of(config: Any) -> tuple[Variant, ...]:
     """The rows ``config`` uses, in table order: for each option in effect, the row naming its value, or else its
     NON_DEFAULT row where the value differs from the default (``default_of``, or the field's default)."""
-    by_option: dict[str, list[Variant]] = {}
-    for r in VARIANTS:  # one pass: every build asks (its parallel plans)
-        by_option.setdefault(r.option, []).append(r)
     conditions = activating_conditions()
-    used: set[int] = set()
-    for option, option_rows in by_option.items():
-        if not holds(conditions.get(option, {}), config):
+    values_in_effect: dict[str, Any] = {}  # option -> its value, or _IDLE where it takes no effect
+    picked, named = [], set()
+    for r in VARIANTS:  # one pass: every build asks (its two parallel plans)
+        if r.option not in values_in_effect:
+            in_effect = holds(conditions.get(r.option, {}), config)
+            # rope_parameters is absent where RoPE was chosen after building
+            values_in_effect[r.option] = getattr(config, r.option, None) if in_effect else _IDLE
+        value = values_in_effect[r.option]
+        if value is _IDLE:
             continue
-        value = getattr(config, option, None)  # rope_parameters is absent where RoPE was chosen after building
-        named = [r for r in option_rows if r.value != NON_DEFAULT and r.value == value]
-        differing = [r for r in option_rows if r.value == NON_DEFAULT
-                     and value != (r.default_of(config) if r.default_of else default_value(config, option))]
-        used.update(map(id, named or differing))  # by identity: comparing rows field by field is slow
-    return tuple(r for r in VARIANTS if id(r) in used)
+        if r.value != NON_DEFAULT and r.value == value:
+            picked.append(r)
+            named.add(r.option)
+        elif r.value == NON_DEFAULT and value != (r.default_of(config) if r.default_of else default_value(config, r.option)):
+            picked.append(r)
+    return tuple([r for r in picked if r.value != NON_DEFAULT or r.option not in named])
 
 
 def default_value(config: Any, name: str) -> Any:
