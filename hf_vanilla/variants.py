@@ -505,7 +505,7 @@ def rows_of(config: Any) -> tuple[Variant, ...]:
     picked, named = [], set()
     for r in VARIANTS:  # one pass: every build asks (its two parallel plans)
         if r.option not in values_in_effect:
-            in_effect = holds(conditions.get(r.option, {}), config)
+            in_effect = r.option not in conditions or holds(conditions[r.option], config)
             # rope_parameters is absent where RoPE was chosen after building
             values_in_effect[r.option] = getattr(config, r.option, None) if in_effect else _IDLE
         value = values_in_effect[r.option]
