@@ -459,8 +459,8 @@ def legacy_renamed(name: str) -> str:
 
 
 def read_legacy_names(module: nn.Module, state_dict: dict, prefix: str, *args: Any) -> None:
-    """A load_state_dict pre-hook: a block's tensors under an older checkpoint's names take today's, before torch
-    loads the block's children from the same dict."""
+    """A load_state_dict pre-hook of each stack: its blocks' tensors under an older checkpoint's names take today's,
+    before torch loads the blocks from the same dict."""
     for old in [name for name in state_dict if name.startswith(prefix)]:
         new = prefix + legacy_renamed("." + old[len(prefix):])[1:]
         if new != old:
@@ -494,7 +494,6 @@ class VanillaBlock(GradientCheckpointingLayer):
             self.cross_attn = self.cross_attn_norm = None
         self.mlp = build_feed_forward(config)
         self.mlp_norm = build_norm(config)
-        self.register_load_state_dict_pre_hook(read_legacy_names)
 
     def residual(
         self, hidden_states: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor], norm: nn.Module
@@ -596,7 +595,15 @@ class VanillaPreTrainedModel(InitialisesItself, PreTrainedModel):
     # BERT-shaped checkpoints carry a pooler that only the sequence classifier uses (as BertForMaskedLM drops it).
     _keys_to_ignore_on_load_unexpected = [r"^pooler\."]
 
-    def __init__(self, config: VanillaConfig, *args, **kwargs):
+    def __init__(self, config: VanillaConfig, *args, checked: bool = False, **kwargs):
+        """``checked``: built as a part of a model that checked ``config`` already (its base model, its stacks)."""
+        if not checked:
+            self.check_config(config)
+        super().__init__(config, *args, **kwargs)
+
+    def check_config(self, config: VanillaConfig) -> None:
+        """What building a model from ``config`` refuses, once a build: a class of another family, an attention
+        function that would drop the scheme's bias, RoPE settings the config would ignore."""
         family_heads = head_families(type(self).__name__)
         if family_heads and config.architecture not in family_heads:
             raise ValueError(
@@ -607,7 +614,6 @@ class VanillaPreTrainedModel(InitialisesItself, PreTrainedModel):
         refuse_attention_dropping_bias(config, config._attn_implementation)
         check_rope_settings(config)  # a RoPE option assigned after the config was built would be ignored
         tell_peft_lora_targets()  # here, not at import: PEFT may be imported after this file, before the model
-        super().__init__(config, *args, **kwargs)
 
     @classmethod
     def from_pretrained(cls, *args, key_mapping: dict[str, str] | None = None, **kwargs):
@@ -705,8 +711,9 @@ class VanillaStack(VanillaPreTrainedModel):
         *,
         token_embedding: VanillaTokenEmbedding | None = None,
         num_layers: int | None = None,
+        checked: bool = False,
     ):
-        super().__init__(config)
+        super().__init__(config, checked=checked)
         self.has_cross_attention = self.is_causal and config.is_encoder_decoder
         if token_embedding is None:
             self.embed_tokens = token_embedding = VanillaTokenEmbedding(config)
@@ -716,7 +723,7 @@ class VanillaStack(VanillaPreTrainedModel):
         )
         positions = build_positional_scheme(config, causal=self.is_causal)
         self.positions_name = positions.module_name
-        self.add_module(positions.module_name, positions)
+        self.add_module(self.positions_name, positions)
         self.embedding_norm = build_norm(config) if config.embedding_norm else None
         self.hidden_dropout = config.hidden_dropout
         depth = num_layers if num_layers is not None else self.default_depth(config)
@@ -725,6 +732,7 @@ class VanillaStack(VanillaPreTrainedModel):
             for i in range(depth)
         )
         self.final_norm = build_norm(config) if config.final_norm else None
+        self.register_load_state_dict_pre_hook(read_legacy_names)  # once for all its blocks, not once a block
         self.gradient_checkpointing = False
         self.post_init()
 
@@ -917,7 +925,7 @@ class VanillaModel(VanillaPreTrainedModel):
     """
 
     def __init__(self, config: VanillaConfig, *, under_head: bool = False):
-        super().__init__(config)
+        super().__init__(config, checked=under_head)  # a head checked the config before building it
         if not under_head:  # built alone, as an engine builds it under its own output layer: refuse what it would drop
             refuse_engine_options(config, config._attn_implementation)
             if VanillaForMaskedLM.__name__ in (config.architectures or ()):  # vLLM pools a masked-LM folder's encoder:
@@ -927,8 +935,9 @@ class VanillaModel(VanillaPreTrainedModel):
         family = config.architecture
         # Keyword arguments only: an engine may wrap the stack classes in a constructor that refuses any other
         # positional argument than the config.
-        self.encoder = VanillaEncoder(config, token_embedding=self.embed_tokens) if family != "decoder" else None
-        self.decoder = VanillaDecoder(config, token_embedding=self.embed_tokens) if family != "encoder" else None
+        stack = {"token_embedding": self.embed_tokens, "checked": True}
+        self.encoder = VanillaEncoder(config, **stack) if family != "decoder" else None
+        self.decoder = VanillaDecoder(config, **stack) if family != "encoder" else None
         self.post_init()
 
     def get_input_embeddings(self) -> VanillaTokenEmbedding:

@@ -68,8 +68,6 @@ class PositionalScheme(InitialisesItself, nn.Module):
     scheme: ClassVar[str | None] = None
     #: Positions beyond this raise an error (None: the scheme extrapolates).
     hard_max_positions: int | None = None
-    #: The name a stack holds the scheme under (and its tensors' checkpoint names start with).
-    module_name: ClassVar[str] = "positions"
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -80,6 +78,11 @@ class PositionalScheme(InitialisesItself, nn.Module):
     def for_stack(cls, config: VanillaConfig, causal: bool) -> "PositionalScheme":
         """The scheme for a causal or a bidirectional stack (most schemes do not care which)."""
         return cls(config)
+
+    @property
+    def module_name(self) -> str:
+        """The name a stack holds the scheme under (its tensors' checkpoint names start with it): its row's."""
+        return row("position_embedding_type", self.scheme).module_name
 
     @property
     def uses_attention_bias(self) -> bool:
@@ -222,8 +225,6 @@ class RotaryPositions(PositionalScheme):
     """
 
     scheme = "rope"
-    # Llama's name: tools that look for a model's RoPE module (transformers' RoPE-scaling tests) find it by name.
-    module_name = "rotary_emb"
 
     def __init__(self, config: VanillaConfig):
         super().__init__()

@@ -172,7 +172,7 @@ def tensor_parallel_plan(config: Any) -> dict[str, str]:
         layers = f"{stack}.layers.*"
         if split_heads and scheme.tensor_parallel == TP_SPLIT:
             plan |= attention_tp_plan(f"{layers}.self_attn")
-            plan |= {f"{stack}.positions.{name}": style for name, style in scheme.tensor_parallel_plan}
+            plan |= {f"{stack}.{scheme.module_name}.{name}": style for name, style in scheme.tensor_parallel_plan}
         if split_heads and stack == "decoder" and config.is_encoder_decoder:
             plan |= attention_tp_plan(f"{layers}.cross_attn")
         if config.gated_ffn:

@@ -79,6 +79,9 @@ class Variant:
     pipeline_refusal: str | None = None
     #: Extra entries of the tensor-parallel plan, relative to the module holding the row's parameters.
     tensor_parallel_plan: tuple[tuple[str, str], ...] = ()
+    #: For a positional scheme: the name each stack holds its module under, where its tensors' checkpoint names and
+    #: its ``tensor_parallel_plan`` entries start (stated here alone: its class and the plans read it).
+    module_name: str = "positions"
     #: Part of the output layer: an engine that builds its own (vLLM generating) decides; pooling never reads it.
     output_layer: bool = False
     #: Why vLLM cannot serve this value ("" when it can; follows ``engines`` unless given).
@@ -298,8 +301,11 @@ VARIANTS: list[Variant] = [
     Variant("position_embedding_type", "learned", "one trained vector per position (BERT, GPT-2, BART)",
             active_fields=("position_offset",), adds_to_embeddings=True, parameters=True,
             to_hf=("gpt2", "bert", "bart"), to_hf_conditions=(("bart", "position_offset=2"),), engines=_EVERY_ENGINE),
+    # held as Llama holds it, `rotary_emb`: tools that look for a model's RoPE module (transformers' RoPE-scaling
+    # tests) find it by name
     Variant("position_embedding_type", "rope", "queries and keys rotated by position (Llama)",
-            active_fields=("rope_parameters",), check=check_rope, to_hf=("llama",), engines=_EVERY_ENGINE),
+            active_fields=("rope_parameters",), check=check_rope, module_name="rotary_emb", to_hf=("llama",),
+            engines=_EVERY_ENGINE),
     Variant("position_embedding_type", "alibi", "linear distance penalty per head (Press et al.)",
             attention_bias=True, vllm_refusal=_BIAS_IN_VLLM, engines=_every_engine_but(VLLM, TENSOR_PARALLEL)),
     Variant("position_embedding_type", "relative", "learned bucketed bias per head (T5)",
@@ -456,13 +462,20 @@ def values_where(option: str, **properties: Any) -> tuple[Any, ...]:
     return tuple(r.value for r in rows(option) if all(getattr(r, k) == v for k, v in properties.items()))
 
 
+def activating_conditions() -> dict[str, dict[str, tuple[Any, ...]]]:
+    """Every field that takes effect only under some option's values -> {option: those values}, read from the
+    table in one pass."""
+    conditions: dict[str, dict[str, tuple[Any, ...]]] = {}
+    for r in VARIANTS:
+        for name in r.active_fields:
+            found = conditions.setdefault(name, {})
+            found[r.option] = (*found.get(r.option, ()), r.value)
+    return conditions
+
+
 def activating_values(field_name: str) -> dict[str, tuple[Any, ...]]:
     """{option: values} under which ``field_name`` takes effect; empty when it always does."""
-    found: dict[str, tuple[Any, ...]] = {}
-    for r in VARIANTS:
-        if field_name in r.active_fields:
-            found[r.option] = (*found.get(r.option, ()), r.value)
-    return found
+    return activating_conditions().get(field_name, {})
 
 
 def native_values(option: str, target: str) -> tuple[Any, ...]:
@@ -470,25 +483,40 @@ def native_values(option: str, target: str) -> tuple[Any, ...]:
     return tuple(r.value for r in rows(option) if target in r.to_hf)
 
 
+#: An option that takes no effect in a config (:func:`rows_of`).
+_IDLE = object()
+
+
+def holds(condition: dict[str, tuple[Any, ...]], config: Any) -> bool:
+    """Whether ``config`` meets a condition of :func:`activating_values` (each option at one of its values)."""
+    return all(getattr(config, other) in allowed for other, allowed in condition.items())
+
+
 def is_option_active(option: str, config: Any) -> bool:
     """Whether ``option`` takes effect in ``config`` (``rope_parameters`` only with RoPE)."""
-    return all(getattr(config, other) in allowed for other, allowed in activating_values(option).items())
+    return holds(activating_values(option), config)
 
 
 def rows_of(config: Any) -> tuple[Variant, ...]:
     """The rows ``config`` uses, in table order: for each option in effect, the row naming its value, or else its
     NON_DEFAULT row where the value differs from the default (``default_of``, or the field's default)."""
-    used = []
-    for option in options():
-        if not is_option_active(option, config):
+    conditions = activating_conditions()
+    values_in_effect: dict[str, Any] = {}  # option -> its value, or _IDLE where it takes no effect
+    picked, named = [], set()
+    for r in VARIANTS:  # one pass: every build asks (its two parallel plans)
+        if r.option not in values_in_effect:
+            in_effect = r.option not in conditions or holds(conditions[r.option], config)
+            # rope_parameters is absent where RoPE was chosen after building
+            values_in_effect[r.option] = getattr(config, r.option, None) if in_effect else _IDLE
+        value = values_in_effect[r.option]
+        if value is _IDLE:
             continue
-        value = getattr(config, option, None)  # rope_parameters is absent where RoPE was chosen after building
-        named = [r for r in rows(option) if r.value != NON_DEFAULT and r.value == value]
-        differing = [r for r in rows(option) if r.value == NON_DEFAULT
-                     and value != (r.default_of(config) if r.default_of else default_value(config, option))]
-        used += named or differing
-    place = {id(r): i for i, r in enumerate(VARIANTS)}  # by identity: comparing rows field by field is slow
-    return tuple(sorted(used, key=lambda r: place[id(r)]))
+        if r.value != NON_DEFAULT and r.value == value:
+            picked.append(r)
+            named.add(r.option)
+        elif r.value == NON_DEFAULT and value != (r.default_of(config) if r.default_of else default_value(config, r.option)):
+            picked.append(r)
+    return tuple([r for r in picked if r.value != NON_DEFAULT or r.option not in named])
 
 
 def default_value(config: Any, name: str) -> Any:

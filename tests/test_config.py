@@ -8,6 +8,7 @@ from huggingface_hub.errors import StrictDataclassClassValidationError
 from transformers import AutoModelForCausalLM
 
 import hf_vanilla as hv
+from hf_vanilla.modeling_vanilla import VanillaDecoder, VanillaEncoder
 from hf_vanilla.presets import PRESETS
 from tests.factories import HEAD_FOR_FAMILY, tiny_config
 
@@ -232,6 +233,8 @@ def test_rope_settings_assigned_after_construction_are_refused_where_they_would_
         HEAD_FOR_FAMILY[family](config)
     with pytest.raises(ValueError, match=message):
         hv.VanillaModel(config)
+    with pytest.raises(ValueError, match=message):  # a stack built alone, as an engine builds get_decoder()'s class
+        (VanillaEncoder if family == "encoder" else VanillaDecoder)(config)
     with pytest.raises((ValueError, StrictDataclassClassValidationError), match=message):  # strict's save-time check
         config.save_pretrained(tmp_path)
     del config.rope_parameters  # taking it back leaves a config that builds

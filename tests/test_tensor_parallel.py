@@ -97,7 +97,7 @@ def row_case(row: variants.Variant) -> tuple:
     if any(used.tensor_parallel == variants.TP_WHOLE for used in rows_of(config)):
         return (config.architecture, config.position_embedding_type, overrides, None, SPLIT_FFN,
                 ("self_attn.q_proj.weight", "self_attn.k_proj.weight"))
-    own = tuple(f"positions.{name}" for used in rows_of(config) for name, _ in used.tensor_parallel_plan
+    own = tuple(f"{used.module_name}.{name}" for used in rows_of(config) for name, _ in used.tensor_parallel_plan
                 if name.endswith(".weight"))
     return (config.architecture, config.position_embedding_type, overrides, None, (*SPLIT_ATTENTION, *own), ())
 

@@ -74,7 +74,7 @@ def check_scheme_weights_initialise_themselves(scheme: str, folder) -> None:
     config = config_for_row(variants.row("position_embedding_type", scheme))
     fresh = head_model(config)
     fresh.save_pretrained(folder)
-    held_as = f".{positional.SCHEME_CLASSES[scheme].module_name}."  # RoPE's rotary_emb, the others' positions
+    held_as = f".{variants.row('position_embedding_type', scheme).module_name}."  # RoPE's rotary_emb, the others' positions
     state = {k: v.detach().clone() for k, v in fresh.state_dict().items() if held_as not in k}
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
     loaded = type(fresh).from_pretrained(folder).eval()
@@ -539,8 +539,9 @@ def test_output_layer_rows_are_refused_only_where_vllm_builds_an_output_layer(en
 # Parallel plans and the support matrix read the same rows
 
 
-@pytest.mark.parametrize("row", variants.VARIANTS, ids=row_id)
-def test_the_parallel_plans_do_what_each_row_says(row):
+def check_parallel_plans(row: variants.Variant) -> None:
+    """The plans of the tiny model using ``row`` do what the row says, and every entry names a module or tensor
+    the model has (a layer's, through the plan's ``*``)."""
     config = config_for_row(row)
     model = head_model(config)
     assert (config.base_model_pp_plan is None) == bool(row.pipeline_refusal or row.adds_to_embeddings)
@@ -548,10 +549,36 @@ def test_the_parallel_plans_do_what_each_row_says(row):
     split = all(used.tensor_parallel == variants.TP_SPLIT for used in rows_of(config))
     assert any(".self_attn." in name for name in plan) == split
     module_names = {name for name, _ in model.model.named_modules()} | {n for n, _ in model.model.named_parameters()}
-    for name, style in row.tensor_parallel_plan:  # the row's own entries name tensors the model has
-        entries = [key for key in plan if key.endswith(f"positions.{name}")]
+    assert not [key for key in plan if key.replace(".*.", ".0.") not in module_names], module_names
+    for name, style in row.tensor_parallel_plan:  # the row's own entries, under the name its row holds it by
+        entries = [key for key in plan if key.endswith(f".{row.module_name}.{name}")]
         assert entries and all(plan[key] == style for key in entries)
-        assert all(key in module_names for key in entries)
+
+
+@pytest.mark.parametrize("row", variants.VARIANTS, ids=row_id)
+def test_the_parallel_plans_do_what_each_row_says(row):
+    check_parallel_plans(row)
+
+
+class RenamedRelativeBias(positional.RelativePositionBias):
+    """T5's bias, held by each stack under a name of its own."""
+
+    scheme = "relative_renamed"
+
+
+RENAMED_RELATIVE = variants.Variant(
+    "position_embedding_type", "relative_renamed", "T5's bucketed bias under another module name",
+    attention_bias=True, parameters=True, module_name="relative_bias",
+    tensor_parallel_plan=variants.row("position_embedding_type", "relative").tensor_parallel_plan,
+    engines=(variants.TENSOR_PARALLEL,),
+)
+
+
+def test_a_scheme_held_under_another_name_is_split_under_that_name():
+    """A scheme's own plan entries follow the name its row states (RoPE's is rotary_emb), not `positions`."""
+    with variants.registered(RENAMED_RELATIVE):
+        check_parallel_plans(RENAMED_RELATIVE)
+        assert hasattr(head_model(config_for_row(RENAMED_RELATIVE)).model.decoder, "relative_bias")
 
 
 def test_the_support_matrix_page_is_generated_from_the_tables():
