@@ -680,7 +680,8 @@ class OutputFolder:
         :meth:`recover` removes."""
         self.declare(name)
         work = self.fresh(f"writing-{name}")
-        yield work / name
+        with clear_disk_errors(work / name):  # the caller's own writer (the Trainer's JSON, matplotlib) is said too
+            yield work / name
         self.publish(work)
 
     def write_text(self, name: str, text: str) -> Path:

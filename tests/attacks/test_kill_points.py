@@ -468,6 +468,25 @@ def test_train_refused_by_the_system_says_what_failed_and_the_next_command_does_
     assert train_refusal_sweep(flow, code, templates, tmp_path, every=False) >= 3
 
 
+@pytest.fixture(scope="module")
+def new_run_refusable(templates, tmp_path_factory) -> list[str]:
+    """The refusable operations of a new run on a full disk (:func:`under_refusal`, none refused), in order."""
+    _, base = templates
+    where = tmp_path_factory.mktemp("new-run-refusable")
+    probe, _ = prepare("new", templates, where / "probe")
+    return under_refusal(errno.ENOSPC, where / "probe", lambda: T.train("clm", probe, **base))[0]
+
+
+@pytest.mark.parametrize("name", ["trainer_state.json", "curves.png"])
+def test_train_refused_while_its_own_writer_writes_says_so_and_the_next_command_does_it(
+        name, new_run_refusable, templates, tmp_path, no_fsync):
+    """The files the Trainer and matplotlib write themselves (into :meth:`OutputFolder.writing`'s work folder): the
+    full disk at their own ``open`` was a raw ``[Errno 28]`` (the every-operation sweep on a7b639a, issue 50)."""
+    opening = re.compile(rf"^open .*/\.hf_vanilla-fresh-writing-{re.escape(name)}/{re.escape(name)}$")
+    n = next(i for i, op in enumerate(new_run_refusable, 1) if opening.search(op))
+    check_train_refusal("new", errno.ENOSPC, n, templates, tmp_path / "refused")
+
+
 @pytest.mark.slow  # every refusable operation of three flows, two refusals: about 1,000 runs
 @pytest.mark.parametrize(("flow", "code"), [pytest.param(flow, code, id=f"{flow}-{errno.errorcode[code]}")
                                             for flow, code in REFUSED_FLOWS])
