@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import builtins
 import errno
+import functools
 import gc
 import io
 import json
@@ -469,22 +470,30 @@ def test_train_refused_by_the_system_says_what_failed_and_the_next_command_does_
 
 
 @pytest.fixture(scope="module")
-def new_run_refusable(templates, tmp_path_factory) -> list[str]:
-    """The refusable operations of a new run on a full disk (:func:`under_refusal`, none refused), in order."""
+def new_run_refusable(templates, tmp_path_factory) -> Callable[[int], list[str]]:
+    """The refusable operations of a new run under a refusal ``code`` (:func:`under_refusal`, none refused)."""
     _, base = templates
-    where = tmp_path_factory.mktemp("new-run-refusable")
-    probe, _ = prepare("new", templates, where / "probe")
-    return under_refusal(errno.ENOSPC, where / "probe", lambda: T.train("clm", probe, **base))[0]
+
+    @functools.cache
+    def seen(code: int) -> list[str]:
+        where = tmp_path_factory.mktemp("new-run-refusable") / "probe"
+        probe, _ = prepare("new", templates, where)
+        return under_refusal(code, where, lambda: T.train("clm", probe, **base))[0]
+    return seen
 
 
-@pytest.mark.parametrize("name", ["trainer_state.json", "curves.png"])
-def test_train_refused_while_its_own_writer_writes_says_so_and_the_next_command_does_it(
-        name, new_run_refusable, templates, tmp_path, no_fsync):
-    """The files the Trainer and matplotlib write themselves (into :meth:`OutputFolder.writing`'s work folder): the
-    full disk at their own ``open`` was a raw ``[Errno 28]`` (the every-operation sweep on a7b639a, issue 50)."""
-    opening = re.compile(rf"^open .*/\.hf_vanilla-fresh-writing-{re.escape(name)}/{re.escape(name)}$")
-    n = next(i for i, op in enumerate(new_run_refusable, 1) if opening.search(op))
-    check_train_refusal("new", errno.ENOSPC, n, templates, tmp_path / "refused")
+@pytest.mark.parametrize(("code", "operation"), [
+    (errno.ENOSPC, r"^open .*/\.hf_vanilla-fresh-writing-trainer_state\.json/trainer_state\.json$"),  # the Trainer's
+    (errno.ENOSPC, r"^open .*/\.hf_vanilla-fresh-writing-curves\.png/curves\.png$"),  # matplotlib's own open
+    (errno.EACCES, r"^(rmtree|rmdir|unlink|remove) .*/\.hf_vanilla-fresh-writing-run\.json$"),  # published, then removed
+], ids=["trainer-state-ENOSPC", "curves-ENOSPC", "work-folder-removal-EACCES"])
+def test_train_refused_at_an_operation_the_sweep_found_says_so_and_the_next_command_does_it(
+        code, operation, new_run_refusable, templates, tmp_path, no_fsync):
+    """The operations of a new run the every-operation sweep on a7b639a found said as a raw ``[Errno 28]`` or
+    ``[Errno 13]`` (issue 50): the Trainer's and matplotlib's own writes into :meth:`OutputFolder.writing`'s work
+    folder, and the removal of a work folder once its files were published (every writer's, run.json's first)."""
+    n = next(i for i, op in enumerate(new_run_refusable(code), 1) if re.search(operation, op))
+    check_train_refusal("new", code, n, templates, tmp_path / "refused")
 
 
 @pytest.mark.slow  # every refusable operation of three flows, two refusals: about 1,000 runs
