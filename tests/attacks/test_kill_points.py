@@ -489,9 +489,10 @@ def new_run_refusable(templates, tmp_path_factory) -> Callable[[int], list[str]]
 ], ids=["trainer-state-ENOSPC", "curves-ENOSPC", "work-folder-removal-EACCES"])
 def test_train_refused_at_an_operation_the_sweep_found_says_so_and_the_next_command_does_it(
         code, operation, new_run_refusable, templates, tmp_path, no_fsync):
-    """The operations of a new run the every-operation sweep on a7b639a found said as a raw ``[Errno 28]`` or
-    ``[Errno 13]`` (issue 50): the Trainer's and matplotlib's own writes into :meth:`OutputFolder.writing`'s work
-    folder, and the removal of a work folder once its files were published (every writer's, run.json's first)."""
+    """The operations of a new run the every-operation sweep found said as a raw ``[Errno 28]`` (a7b639a) or
+    ``[Errno 13]`` (9e1a6a7; issue 50): the Trainer's and matplotlib's own writes into
+    :meth:`OutputFolder.writing`'s work folder, and the removal of a work folder once its files were published
+    (every writer's, run.json's first)."""
     n = next(i for i, op in enumerate(new_run_refusable(code), 1) if re.search(operation, op))
     check_train_refusal("new", code, n, templates, tmp_path / "refused")
 
