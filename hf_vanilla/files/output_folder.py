@@ -680,7 +680,8 @@ class OutputFolder:
         :meth:`recover` removes."""
         self.declare(name)
         work = self.fresh(f"writing-{name}")
-        yield work / name
+        with clear_disk_errors(work / name):  # the caller's own writer (the Trainer's JSON, matplotlib) is said too
+            yield work / name
         self.publish(work)
 
     def write_text(self, name: str, text: str) -> Path:
@@ -931,11 +932,13 @@ def _is_ours_by_name(name: str) -> bool:
 
 
 def _remove(path: Path) -> None:
-    """Remove a file or a folder; a symlink is unlinked, never followed."""
-    if path.is_symlink() or path.is_file():
-        path.unlink(missing_ok=True)
-    elif path.is_dir():
-        shutil.rmtree(path)
+    """Remove a file or a folder; a symlink is unlinked, never followed. A refusal of the system is said as a step
+    (a read-only folder refuses the removal of a work folder whose files were already published)."""
+    with file_step("deleting", path):
+        if path.is_symlink() or path.is_file():
+            path.unlink(missing_ok=True)
+        elif path.is_dir():
+            shutil.rmtree(path)
 
 
 def _file_lock(path: Path) -> Any:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import builtins
 import errno
+import functools
 import gc
 import io
 import json
@@ -466,6 +467,34 @@ def test_train_refused_by_the_system_says_what_failed_and_the_next_command_does_
     """The default run's sample (:data:`TELLING_REFUSALS`, the lock first): one sentence each, true of the folder as
     left (the lock and the journal's temporary file a read-only folder keeps are named), the next command works."""
     assert train_refusal_sweep(flow, code, templates, tmp_path, every=False) >= 3
+
+
+@pytest.fixture(scope="module")
+def new_run_refusable(templates, tmp_path_factory) -> Callable[[int], list[str]]:
+    """The refusable operations of a new run under a refusal ``code`` (:func:`under_refusal`, none refused)."""
+    _, base = templates
+
+    @functools.cache
+    def seen(code: int) -> list[str]:
+        where = tmp_path_factory.mktemp("new-run-refusable") / "probe"
+        probe, _ = prepare("new", templates, where)
+        return under_refusal(code, where, lambda: T.train("clm", probe, **base))[0]
+    return seen
+
+
+@pytest.mark.parametrize(("code", "operation"), [
+    (errno.ENOSPC, r"^open .*/\.hf_vanilla-fresh-writing-trainer_state\.json/trainer_state\.json$"),  # the Trainer's
+    (errno.ENOSPC, r"^open .*/\.hf_vanilla-fresh-writing-curves\.png/curves\.png$"),  # matplotlib's own open
+    (errno.EACCES, r"^(rmtree|rmdir|unlink|remove) .*/\.hf_vanilla-fresh-writing-run\.json$"),  # published, then removed
+], ids=["trainer-state-ENOSPC", "curves-ENOSPC", "work-folder-removal-EACCES"])
+def test_train_refused_at_an_operation_the_sweep_found_says_so_and_the_next_command_does_it(
+        code, operation, new_run_refusable, templates, tmp_path, no_fsync):
+    """The operations of a new run the every-operation sweep found said as a raw ``[Errno 28]`` (a7b639a) or
+    ``[Errno 13]`` (9e1a6a7; issue 50): the Trainer's and matplotlib's own writes into
+    :meth:`OutputFolder.writing`'s work folder, and the removal of a work folder once its files were published
+    (every writer's, run.json's first)."""
+    n = next(i for i, op in enumerate(new_run_refusable(code), 1) if re.search(operation, op))
+    check_train_refusal("new", code, n, templates, tmp_path / "refused")
 
 
 @pytest.mark.slow  # every refusable operation of three flows, two refusals: about 1,000 runs
