@@ -156,7 +156,7 @@ def greedy(generator, **inputs) -> tuple[torch.Tensor, torch.Tensor]:
 @given(batch=holey_batch())
 @FEW
 def test_greedy_generation_with_holes_is_the_same_with_and_without_a_cache(family, scheme, batch):
-    prompt = dict(zip(("input_ids", "attention_mask"), batch))
+    prompt = dict(zip(("input_ids", "attention_mask"), batch, strict=True))
     generator = model(family, scheme, "sdpa")
     uncached = greedy(generator, **prompt, use_cache=False)
     for cache in ({"use_cache": True}, {"cache_implementation": "static"}):  # a static cache's mask is 4D

@@ -52,17 +52,19 @@ def alibi(causal: bool, heads: int = 4) -> ALiBiPositions:
     return build_positional_scheme(config, causal=causal)
 
 
+@pytest.mark.parametrize("rows_positions", [1, 2], ids=["shared-positions", "positions-per-row"])
 @pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
-def test_alibi_memory_grows_as_the_built_in_schemes_do(causal: bool) -> None:
+def test_alibi_memory_grows_as_the_built_in_schemes_do(causal: bool, rows_positions: int) -> None:
     length, heads, scheme = 256, 4, alibi(causal)
+    positions = cache_places(length).expand(rows_positions, -1) + torch.arange(rows_positions)[:, None]
     with Allocations() as allocated:
-        bias = scheme.attention_inputs(torch.zeros(2, length, 8), cache_places(length), cache_places(length)).bias
+        bias = scheme.attention_inputs(torch.zeros(2, length, 8), positions, positions).bias
     assert bias.shape == (2, heads, length, length)
-    rows = 32 * heads * length  # a few (heads, keys) rows and scalars: nothing grows with queries x keys
-    if causal:  # one row of keys per head, broadcast over the queries and the batch
+    rows = 32 * heads * length * rows_positions  # a few (heads, keys) rows a batch row: none grows with queries x keys
+    if causal:  # one row of keys per head and row of positions, broadcast over the queries (and a shared batch)
         assert allocated.bytes <= rows
-    else:  # the float bias itself and one float32 distance table, no int64 ones
-        assert allocated.bytes <= (heads + 1) * length * length * 4 + rows
+    else:  # the float bias itself and one float32 distance table per row of positions, no int64 ones
+        assert allocated.bytes <= (heads + 1) * length * length * 4 * rows_positions + rows
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
