@@ -12,15 +12,16 @@ holds. A stack calls its scheme twice per forward:
 Each class names the row of the table of variants (variants.py) it implements and registers itself under it:
 a new scheme is one row there and one class here, and the model builds it by name.
 
-Every scheme reads positions, never cache places: a query sits at its ``position_ids``, and bias schemes
+Every scheme reads positions, not cache places: a query sits at its ``position_ids``, and bias schemes
 measure the distance to each key's position (:func:`key_positions`), so a padded batch with holes in
 its mask and the same tokens packed without padding get the same bias, as RoPE gets the same rotation.
 A key's position is the one its token had as a query. This forward's keys are its own tokens; a cached
 key's position is not stored in the cache (beam search reorders caches behind our back), so it is read
-again where generate() wrote it, the attention mask: count of unmasked tokens before it (generate()'s
-``cumsum(mask) - 1``, BLOOM's ALiBi rule). That holds only where the caller's positions follow that
-rule, so the mask is read only when the caller gives ``position_ids``; when it gives none, queries and
-keys both sit at their cache places (T5's rule, and what position_ids default to), whatever the mask.
+again where generate() wrote it, the attention mask: the count of unmasked tokens before it (generate()'s
+``cumsum(mask) - 1``, BLOOM's ALiBi rule), from a 2D mask or from a static cache's 4D one. That holds
+only where the caller's positions follow that rule, so the mask is read only when the caller gives
+``position_ids``; when it gives none, queries and keys both sit at their cache places (T5's rule, and
+what position_ids default to), whatever the mask.
 
 This file travels to the Hub with the model: it imports only torch, transformers and its siblings.
 """
@@ -270,38 +271,39 @@ class RotaryPositions(PositionalScheme):
         return PositionalAttentionInputs(rotary=fold_rotation_sign(*self(hidden_states, position_ids)))
 
 
-def cached_key_positions(attention_mask: torch.Tensor | None, past_length: int) -> torch.Tensor | None:
-    """The positions of the ``past_length`` cached keys, (batch, past_length), read from the attention mask as
-    generate() wrote them: the number of unmasked tokens before each (masked keys get any position: nothing sees
-    them). A 2D mask is read directly; a 4D one (generate()'s for a static cache, True or 0.0 where attended) by
-    its last query's row, which sees every unmasked cached key. None where no mask tensor says it (cache places)."""
-    if past_length == 0 or not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() not in (2, 4):
+def mask_key_positions(attention_mask: torch.Tensor | None, key_length: int) -> torch.Tensor | None:
+    """Each key slot's position as generate() wrote it in the attention mask, (batch, key_length): the number of
+    unmasked tokens before it (``cumsum - 1``; a masked key gets any position, nothing sees it). A 2D mask is read
+    directly; a 4D one (generate()'s for a static cache, True or 0.0 where attended) by its last query's row, which
+    sees every unmasked cached key. None where no mask tensor says it (cache places then)."""
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() not in (2, 4):
         return None
     attended = attention_mask if attention_mask.dim() == 2 else attention_mask[:, 0, -1]
-    attended = attended[:, :past_length]
     if attended.dtype.is_floating_point and attention_mask.dim() == 4:  # an additive mask: 0 where attended
         attended = attended == 0
-    return attended.long().cumsum(-1) - 1
+    attended = attended[:, :key_length].long()
+    unfilled = key_length - attended.shape[-1]  # a 2D mask stops at this forward's tokens, a static cache does not
+    return torch.nn.functional.pad(attended, (0, unfilled)).cumsum(-1) - 1
 
 
 def key_positions(
     position_ids: torch.Tensor,
-    past_length: int,
+    past_length: int | torch.Tensor,
     key_length: int,
     attention_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Every key's position, (batch or 1, key_length): cached keys' from :func:`cached_key_positions` (cache places
-    without a mask), this forward's tokens' own ``position_ids``, then cache places for the unfilled slots of a
-    fixed-size cache (masked). Pass ``attention_mask`` only with ``position_ids`` the caller gave (module docstring)."""
-    device, length = position_ids.device, position_ids.shape[-1]
-    past = cached_key_positions(attention_mask, past_length)
-    if past is None:
-        past = torch.arange(past_length, device=device)[None]
-    past = past.to(device)
-    unfilled = torch.arange(past_length + length, key_length, device=device)[None]
-    batch = max(past.shape[0], position_ids.shape[0])
-    parts = (past, position_ids.long(), unfilled)
-    return torch.cat([part.expand(batch, -1) for part in parts], dim=-1)
+    """Every key slot's position, (batch or 1, key_length): this forward's tokens (slots ``past_length`` on) have
+    their ``position_ids``; the cached keys before them have :func:`mask_key_positions`'s, or their cache places
+    without a mask, as have the unfilled slots of a fixed-size cache (masked). Pass ``attention_mask`` only with
+    ``position_ids`` the caller gave (module docstring). Shapes never depend on ``past_length``'s value (a static
+    cache's is a tensor, and torch.compile traces this)."""
+    length = position_ids.shape[-1]
+    slots = torch.arange(key_length, device=position_ids.device)[None]
+    from_mask = mask_key_positions(attention_mask, key_length)
+    others = slots if from_mask is None else from_mask.to(slots.device)
+    offset = slots - past_length  # where this forward's tokens sit among the keys
+    own = position_ids.long().gather(-1, offset.clamp(0, length - 1).expand(position_ids.shape[0], -1))
+    return torch.where((offset >= 0) & (offset < length), own, others)
 
 
 def position_distances(position_ids: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
@@ -364,10 +366,10 @@ class ALiBiPositions(PositionalScheme):
         batch, query_length = hidden_states.shape[:2]
         device, dtype = hidden_states.device, hidden_states.dtype
         distance = self.distances(position_ids.to(device), key_positions.to(device), device)
-        bias = torch.empty((distance.shape[0], len(self.slopes), *distance.shape[1:]), device=device, dtype=dtype)
-        for head, slope in enumerate(-self.slopes):  # float32 products rounded once to dtype, one head's at a time
-            torch.mul(distance, slope, out=bias[:, head])
-        return PositionalAttentionInputs(bias=bias.expand(batch, -1, query_length, -1))
+        bias = torch.empty((len(self.slopes), *distance.shape), device=device, dtype=dtype)  # heads first: each
+        for head, slope in enumerate(-self.slopes):  # head's float32 products rounded once to dtype, in place
+            torch.mul(distance, slope, out=bias[head])  # (a contiguous out=, as torch.compile requires)
+        return PositionalAttentionInputs(bias=bias.transpose(0, 1).expand(batch, -1, query_length, -1))
 
 
 def relative_position_bucket(

@@ -163,3 +163,15 @@ def test_greedy_generation_with_holes_is_the_same_with_and_without_a_cache(famil
         tokens, logits = greedy(generator, **prompt, **cache)
         assert torch.equal(tokens, uncached[0]), cache
         assert_close(logits, uncached[1])
+
+
+@pytest.mark.parametrize("scheme", BIAS_SCHEMES)
+def test_a_compiled_static_cache_generates_as_eager_with_holes(scheme):
+    """torch.compile(fullgraph) traces the keys' positions: no shape may depend on a static cache's (tensor) length."""
+    generator = tiny_model("decoder", scheme)
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 0, 1, 0, 1]])  # left padding, and holes
+    ids = torch.tensor([[0, 0, 5, 9, 7], [4, 0, 6, 0, 8]])
+    settings = dict(input_ids=ids, attention_mask=mask, max_new_tokens=3, do_sample=False, eos_token_id=None)
+    eager = generator.generate(**settings, use_cache=False)
+    generator.forward = torch.compile(generator.forward, dynamic=False, fullgraph=True)
+    assert torch.equal(generator.generate(**settings, cache_implementation="static"), eager)
