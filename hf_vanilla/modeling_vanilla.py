@@ -55,6 +55,7 @@ from .positional import (
     PositionalAttentionInputs,
     PositionalScheme,
     build_positional_scheme,
+    key_positions,
     rotate_folded,
 )
 from .rules import check_rope_settings
@@ -808,7 +809,7 @@ class VanillaEncoder(VanillaStack):
             position_ids = torch.arange(length, device=device)[None]
         hidden_states = self.embed(input_ids, inputs_embeds, position_ids, token_type_ids)
         mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
-        positional = self.positional_scheme.attention_inputs(hidden_states, position_ids, 0, length)
+        positional = self.positional_scheme.attention_inputs(hidden_states, position_ids, position_ids)
         for layer in self.layers:
             hidden_states = layer(hidden_states, mask, None, positional.bias, rotary=positional.rotary, **kwargs)
         return BaseModelOutput(last_hidden_state=self.finish(hidden_states))
@@ -855,6 +856,8 @@ class VanillaDecoder(VanillaStack):
             cache = EncoderDecoderCache(DynamicCache(), DynamicCache()) if self.has_cross_attention else DynamicCache()
         self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         past_length = self_cache.get_seq_length() if self_cache is not None else 0
+        # Cached keys' positions are read from the mask only where the caller's positions follow it (positional.py)
+        positions_mask = attention_mask if position_ids is not None else None
         if position_ids is None:
             position_ids = (torch.arange(length, device=device) + past_length)[None]
 
@@ -867,7 +870,8 @@ class VanillaDecoder(VanillaStack):
             position_ids=position_ids,
         )
         key_length = self_cache.get_mask_sizes(length, 0)[0] if self_cache is not None else length
-        positional = self.positional_scheme.attention_inputs(hidden_states, position_ids, past_length, key_length)
+        keys = key_positions(position_ids, past_length, key_length, positions_mask)
+        positional = self.positional_scheme.attention_inputs(hidden_states, position_ids, keys)
         cross_mask = None
         if self.has_cross_attention:
             cross_mask = create_bidirectional_mask(

@@ -5,16 +5,23 @@ holds. A stack calls its scheme twice per forward:
 
 * ``embed(inputs_embeds, position_ids)`` -- schemes that add a vector to each token embedding
   (sinusoidal, learned) do it here; the others return the input unchanged.
-* ``attention_inputs(hidden_states, position_ids, query_offset, key_length)`` -- once per forward,
-  returns the :class:`PositionalAttentionInputs` every layer's self-attention uses: a rotation of
-  queries and keys (RoPE) and/or an additive bias on the attention scores (ALiBi, T5 relative).
+* ``attention_inputs(hidden_states, position_ids, key_positions)`` -- once per forward, returns the
+  :class:`PositionalAttentionInputs` every layer's self-attention uses: a rotation of queries and keys
+  (RoPE) and/or an additive bias on the attention scores (ALiBi, T5 relative).
 
 Each class names the row of the table of variants (variants.py) it implements and registers itself under it:
 a new scheme is one row there and one class here, and the model builds it by name.
 
-Bias schemes measure distance from cache positions (``query_offset + i`` against key ``j``), not from
-``position_ids``: distance is translation invariant, so left padding and the KV cache leave it
-unchanged and the bias lines up with whatever keys the cache holds.
+Every scheme reads positions, not cache places: a query sits at its ``position_ids``, and bias schemes
+measure the distance to each key's position (:func:`key_positions`), so a padded batch with holes in
+its mask and the same tokens packed without padding get the same bias, as RoPE gets the same rotation.
+A key's position is the one its token had as a query. This forward's keys are its own tokens; a cached
+key's position is not stored in the cache (beam search reorders caches behind our back), so it is read
+again where generate() wrote it, the attention mask: the count of unmasked tokens before it (generate()'s
+``cumsum(mask) - 1``, BLOOM's ALiBi rule), from a 2D mask or from a static cache's 4D one. That holds
+only where the caller's positions follow that rule, so the mask is read only when the caller gives
+``position_ids``; when it gives none, queries and keys both sit at their cache places (T5's rule, and
+what position_ids default to), whatever the mask.
 
 This file travels to the Hub with the model: it imports only torch, transformers and its siblings.
 """
@@ -97,9 +104,10 @@ class PositionalScheme(InitialisesItself, nn.Module):
         self,
         hidden_states: torch.Tensor,
         position_ids: torch.Tensor,
-        query_offset: int | torch.Tensor,
-        key_length: int,
+        key_positions: torch.Tensor,
     ) -> PositionalAttentionInputs:
+        """``position_ids``: the queries' positions, (batch or 1, queries); ``key_positions``: the keys',
+        (batch or 1, keys), from :func:`key_positions`."""
         return NO_POSITIONAL_INPUTS
 
     def check_positions(self, position_ids: torch.Tensor) -> None:
@@ -260,15 +268,48 @@ class RotaryPositions(PositionalScheme):
         cos, sin = angles.cos() * self.attention_scaling, angles.sin() * self.attention_scaling
         return cos.to(x.dtype), sin.to(x.dtype)
 
-    def attention_inputs(self, hidden_states, position_ids, query_offset, key_length):
+    def attention_inputs(self, hidden_states, position_ids, key_positions):
         return PositionalAttentionInputs(rotary=fold_rotation_sign(*self(hidden_states, position_ids)))
 
 
-def cache_distances(query_length: int, query_offset: int | torch.Tensor, key_length: int, device) -> torch.Tensor:
-    """Signed distance key - query, (query_length, key_length), queries sitting after ``query_offset`` cached keys."""
-    query_positions = torch.arange(query_length, device=device)[:, None] + query_offset
-    key_positions = torch.arange(key_length, device=device)[None, :]
-    return key_positions - query_positions
+def mask_key_positions(attention_mask: torch.Tensor | None, key_length: int) -> torch.Tensor | None:
+    """Each key slot's position as generate() wrote it in the attention mask, (batch, key_length): the number of
+    unmasked tokens before it (``cumsum - 1``; a masked key gets any position, nothing sees it). A 2D mask is read
+    directly; a 4D one (generate()'s for a static cache, True or 0.0 where attended) by its last query's row, which
+    sees every unmasked cached key. None where no mask tensor says it (cache places then)."""
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() not in (2, 4):
+        return None
+    attended = attention_mask if attention_mask.dim() == 2 else attention_mask[:, 0, -1]
+    if attended.dtype.is_floating_point and attention_mask.dim() == 4:  # an additive mask: 0 where attended
+        attended = attended == 0
+    attended = attended[:, :key_length].long()
+    unfilled = key_length - attended.shape[-1]  # a 2D mask stops at this forward's tokens, a static cache does not
+    return torch.nn.functional.pad(attended, (0, unfilled)).cumsum(-1) - 1
+
+
+def key_positions(
+    position_ids: torch.Tensor,
+    past_length: int | torch.Tensor,
+    key_length: int,
+    attention_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Every key slot's position, (batch or 1, key_length): this forward's tokens (slots ``past_length`` on) have
+    their ``position_ids``; the cached keys before them have :func:`mask_key_positions`'s, or their cache places
+    without a mask, as have the unfilled slots of a fixed-size cache (masked). Pass ``attention_mask`` only with
+    ``position_ids`` the caller gave (module docstring). Shapes never depend on ``past_length``'s value (a static
+    cache's is a tensor, and torch.compile traces this)."""
+    length = position_ids.shape[-1]
+    slots = torch.arange(key_length, device=position_ids.device)[None]
+    from_mask = mask_key_positions(attention_mask, key_length)
+    others = slots if from_mask is None else from_mask.to(slots.device)
+    offset = slots - past_length  # where this forward's tokens sit among the keys
+    own = position_ids.long().gather(-1, offset.clamp(0, length - 1).expand(position_ids.shape[0], -1))
+    return torch.where((offset >= 0) & (offset < length), own, others)
+
+
+def position_distances(position_ids: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
+    """Signed distance key - query, (batch or 1, queries, keys), from the queries' and keys' positions."""
+    return key_positions[:, None, :] - position_ids.long()[:, :, None]
 
 
 def alibi_slopes(num_heads: int) -> torch.Tensor:
@@ -286,13 +327,15 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
 
 
 class ALiBiPositions(PositionalScheme):
-    """ALiBi (Press et al.): each head penalises attention linearly in distance, -slope * |i - j|.
+    """ALiBi (Press et al.): each head penalises attention linearly in distance, -slope * |i - j|, between the
+    query's and the key's positions.
 
-    A causal stack needs no (query, key) table: a query sees only keys j <= i, where -slope * (i - j) differs from
-    -slope * (last - j) by a constant of the row, and softmax ignores a row's constant (BLOOM's per-key bias). So
-    the bias is one row per head, -slope * (last query - j), broadcast over the queries: memory grows with the keys
-    alone, and the row of the last query (all of a cached decoding step) is exactly -slope * |i - j|. A
-    bidirectional stack gets the full table, built straight in the compute dtype without integer intermediates.
+    A causal stack needs no (query, key) table: its bias is -slope * (i - j), signed, which for the keys a query
+    sees (j <= i) is -slope * |i - j| and which differs from -slope * (last - j) by a constant of the query's row;
+    softmax ignores a row's constant (BLOOM's per-key bias). So the bias is one row per batch row and head,
+    -slope * (last query's position - j), broadcast over the queries: memory grows with the keys alone, and a
+    cached decoding step's one row is exactly -slope * (i - j). A bidirectional stack gets the full table,
+    built straight in the compute dtype without integer intermediates.
     """
 
     scheme = "alibi"
@@ -310,20 +353,24 @@ class ALiBiPositions(PositionalScheme):
     def init_own_weights(self, config: VanillaConfig) -> None:
         init.copy_(self.slopes, alibi_slopes(self.slopes.shape[0]))
 
-    def attention_inputs(self, hidden_states, position_ids, query_offset, key_length):
-        batch, query_length = hidden_states.shape[:2]
-        device, dtype = hidden_states.device, hidden_states.dtype
-        keys = torch.arange(key_length, device=device, dtype=torch.float32)
+    def distances(self, position_ids: torch.Tensor, key_positions: torch.Tensor, device) -> torch.Tensor:
+        """query - key in float32 (exact integers, a quarter of int64's table): (batch, 1, keys) from the last
+        query where the causal row trick applies, else (batch, queries, keys), absolute if bidirectional."""
+        queries, keys = position_ids.to(torch.float32), key_positions.to(torch.float32)
         # torch 2.13's inductor cannot compile flex attention's CPU kernel reading a bias broadcast over queries
         if self.causal and not (self.config._attn_implementation == "flex_attention" and device.type == "cpu"):
-            distance = (query_offset + (query_length - 1) - keys)[None]  # (1, key_length): each key from the last query
-        else:  # (query_length, key_length), in float32: exact integers, a quarter of int64's |key - query| pair
-            distance = (keys - (torch.arange(query_length, device=device, dtype=torch.float32)[:, None] +
-                                query_offset)).abs_()
-        bias = torch.empty((len(self.slopes), *distance.shape), device=device, dtype=dtype)
-        for head, slope in enumerate(-self.slopes):  # float32 products rounded once to dtype, one head's at a time
-            torch.mul(distance, slope, out=bias[head])
-        return PositionalAttentionInputs(bias=bias[None].expand(batch, -1, query_length, -1))
+            return queries[:, -1:, None] - keys[:, None, :]
+        distance = queries[:, :, None] - keys[:, None, :]
+        return distance if self.causal else distance.abs_()
+
+    def attention_inputs(self, hidden_states, position_ids, key_positions):
+        batch, query_length = hidden_states.shape[:2]
+        device, dtype = hidden_states.device, hidden_states.dtype
+        distance = self.distances(position_ids.to(device), key_positions.to(device), device)
+        bias = torch.empty((len(self.slopes), *distance.shape), device=device, dtype=dtype)  # heads first: each
+        for head, slope in enumerate(-self.slopes):  # head's float32 products rounded once to dtype, in place
+            torch.mul(distance, slope, out=bias[head])  # (a contiguous out=, as torch.compile requires)
+        return PositionalAttentionInputs(bias=bias.transpose(0, 1).expand(batch, -1, query_length, -1))
 
 
 def relative_position_bucket(
@@ -368,12 +415,12 @@ class RelativePositionBias(PositionalScheme):
         if config.initializer_factor is not None:  # T5's: N(0, factor / sqrt(d_model))
             init.normal_(self.relative_attention_bias.weight, std=config.initializer_factor * config.hidden_size**-0.5)
 
-    def attention_inputs(self, hidden_states, position_ids, query_offset, key_length):
-        batch, query_length = hidden_states.shape[:2]
-        distance = cache_distances(query_length, query_offset, key_length, hidden_states.device)
+    def attention_inputs(self, hidden_states, position_ids, key_positions):
+        device = hidden_states.device
+        distance = position_distances(position_ids.to(device), key_positions.to(device))
         buckets = relative_position_bucket(distance, self.bidirectional, self.num_buckets, self.max_distance)
-        bias = self.relative_attention_bias(buckets).permute(2, 0, 1)  # (heads, query, key)
-        return PositionalAttentionInputs(bias=bias.to(hidden_states.dtype)[None].expand(batch, -1, -1, -1))
+        bias = self.relative_attention_bias(buckets).permute(0, 3, 1, 2)  # (batch or 1, heads, query, key)
+        return PositionalAttentionInputs(bias=bias.to(hidden_states.dtype).expand(hidden_states.shape[0], -1, -1, -1))
 
 
 def build_positional_scheme(config: VanillaConfig, causal: bool) -> PositionalScheme:

@@ -288,7 +288,7 @@ def test_a_bias_schemes_module_adds_a_bias_and_no_other_does(scheme):
     """The table says which schemes add a bias; the built module must do what its row says."""
     module = positional.build_positional_scheme(tiny_config("decoder", scheme), causal=True)
     hidden = torch.zeros(1, 3, 32)
-    inputs = module.attention_inputs(hidden, torch.arange(3)[None], 0, 3)
+    inputs = module.attention_inputs(hidden, torch.arange(3)[None], torch.arange(3)[None])
     assert (inputs.bias is not None) == (scheme in BIAS_SCHEMES) == module.uses_attention_bias
 
 

@@ -243,12 +243,11 @@ class KerpleLogPositions(positional.PositionalScheme):
         init.ones_(self.bias_strength)
         init.ones_(self.distance_scale)
 
-    def attention_inputs(self, hidden_states, position_ids, query_offset, key_length):
-        batch, query_length = hidden_states.shape[:2]
-        distance = positional.cache_distances(query_length, query_offset, key_length, hidden_states.device).abs()
+    def attention_inputs(self, hidden_states, position_ids, key_positions):
+        distance = positional.position_distances(position_ids, key_positions).abs()[:, None]  # (batch, 1, q, k)
         r1, r2 = self.bias_strength.abs()[:, None, None], self.distance_scale.abs()[:, None, None]
         bias = -r1 * torch.log1p(r2 * distance)
-        return positional.PositionalAttentionInputs(bias=bias.to(hidden_states.dtype)[None].expand(batch, -1, -1, -1))
+        return positional.PositionalAttentionInputs(bias=bias.to(hidden_states.dtype).expand(len(hidden_states), -1, -1, -1))
 
 
 KERPLE = variants.Variant(

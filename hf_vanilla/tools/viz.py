@@ -567,7 +567,7 @@ def alibi_bias(num_heads: int = 8, length: int = 16) -> dict[str, np.ndarray]:
     """ALiBi's bias, (heads, queries, keys), computed by :class:`ALiBiPositions` itself."""
     scheme = ALiBiPositions(_scheme_config(position_embedding_type="alibi", hidden_size=num_heads * 4,
                                            num_attention_heads=num_heads))
-    bias = scheme.attention_inputs(torch.zeros(1, length, 1), torch.arange(length)[None], 0, length).bias[0]
+    bias = scheme.attention_inputs(torch.zeros(1, length, 1), *[torch.arange(length)[None]] * 2).bias[0]
     return {"bias": _numpy(bias), "slopes": _numpy(scheme.slopes)}
 
 
@@ -611,7 +611,7 @@ def relative_bias(
             scheme.relative_attention_bias.weight.copy_(torch.randn(scheme.relative_attention_bias.weight.shape,
                                                                     generator=generator))
     with torch.no_grad():
-        bias = scheme.attention_inputs(torch.zeros(1, length, 1), torch.arange(length)[None], 0, length).bias[0]
+        bias = scheme.attention_inputs(torch.zeros(1, length, 1), *[torch.arange(length)[None]] * 2).bias[0]
     signed = torch.arange(-length, length + 1)
     positions = torch.arange(length)
     pairs = positions[None, :] - positions[:, None]

@@ -41,23 +41,30 @@ def old_alibi_bias(slopes: torch.Tensor, hidden: torch.Tensor, offset: int, key_
     return (-slopes[:, None, None] * distance).to(hidden.dtype)[None].expand(batch, -1, -1, -1)
 
 
+def cache_places(length: int, offset: int = 0) -> torch.Tensor:
+    """Positions offset, ..., offset + length - 1 for one batch row: the old formula's queries and keys."""
+    return torch.arange(offset, offset + length)[None]
+
+
 def alibi(causal: bool, heads: int = 4) -> ALiBiPositions:
     config = tiny_config("decoder" if causal else "encoder", "alibi", num_attention_heads=heads,
                          num_key_value_heads=heads, hidden_size=8 * heads)
     return build_positional_scheme(config, causal=causal)
 
 
+@pytest.mark.parametrize("rows_positions", [1, 2], ids=["shared-positions", "positions-per-row"])
 @pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
-def test_alibi_memory_grows_as_the_built_in_schemes_do(causal: bool) -> None:
+def test_alibi_memory_grows_as_the_built_in_schemes_do(causal: bool, rows_positions: int) -> None:
     length, heads, scheme = 256, 4, alibi(causal)
+    positions = cache_places(length).expand(rows_positions, -1) + torch.arange(rows_positions)[:, None]
     with Allocations() as allocated:
-        bias = scheme.attention_inputs(torch.zeros(2, length, 8), None, 0, length).bias
+        bias = scheme.attention_inputs(torch.zeros(2, length, 8), positions, positions).bias
     assert bias.shape == (2, heads, length, length)
-    rows = 32 * heads * length  # a few (heads, keys) rows and scalars: nothing grows with queries x keys
-    if causal:  # one row of keys per head, broadcast over the queries and the batch
+    rows = 32 * heads * length * rows_positions  # a few (heads, keys) rows a batch row: none grows with queries x keys
+    if causal:  # one row of keys per head and row of positions, broadcast over the queries (and a shared batch)
         assert allocated.bytes <= rows
-    else:  # the float bias itself and one float32 distance table, no int64 ones
-        assert allocated.bytes <= (heads + 1) * length * length * 4 + rows
+    else:  # the float bias itself and one float32 distance table per row of positions, no int64 ones
+        assert allocated.bytes <= (heads + 1) * length * length * 4 * rows_positions + rows
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
@@ -65,7 +72,7 @@ def test_the_bidirectional_alibi_bias_is_the_old_formula_bit_for_bit(dtype: torc
     scheme = alibi(causal=False, heads=12)  # 12 heads: the interleaved slopes of a non-power of two
     for length, offset in ((9, 0), (1, 7), (4, 3)):
         hidden = torch.zeros(2, length, 8, dtype=dtype)
-        new = scheme.attention_inputs(hidden, None, torch.tensor(offset), length + offset).bias
+        new = scheme.attention_inputs(hidden, cache_places(length, offset), cache_places(length + offset)).bias
         assert torch.equal(new, old_alibi_bias(scheme.slopes, hidden, offset, length + offset))
 
 
@@ -73,15 +80,15 @@ def test_the_causal_alibi_bias_gives_the_old_attention() -> None:
     scheme = alibi(causal=True)
     hidden = torch.zeros(1, 1, 8)
     for offset in (0, 5, 11):  # a cached decoding step: the one query's row, bit for bit
-        assert torch.equal(scheme.attention_inputs(hidden, None, offset, offset + 1).bias,
+        assert torch.equal(scheme.attention_inputs(hidden, cache_places(1, offset), cache_places(offset + 1)).bias,
                            old_alibi_bias(scheme.slopes, hidden, offset, offset + 1))
     model = tiny_model("decoder", "alibi", attn_implementation="eager")
     ids = torch.tensor([[5, 9, 3, 7, 1, 8, 2, 6, 4, 11, 13, 12]])
     with torch.no_grad():
         new = model(input_ids=ids).logits
         for stack_scheme in [m for m in model.modules() if isinstance(m, ALiBiPositions)]:
-            stack_scheme.attention_inputs = lambda hidden, _ids, offset, keys, s=stack_scheme: type(
-                "Inputs", (), {"rotary": None, "bias": old_alibi_bias(s.slopes, hidden, offset, keys)})()
+            stack_scheme.attention_inputs = lambda hidden, ids, keys, s=stack_scheme: type(
+                "Inputs", (), {"rotary": None, "bias": old_alibi_bias(s.slopes, hidden, int(ids[0, 0]), keys.shape[-1])})()
         old = model(input_ids=ids).logits
     torch.testing.assert_close(new, old)  # softmax ignores each row's constant: equal up to float rounding
 
