@@ -725,6 +725,7 @@ class VanillaStack(VanillaPreTrainedModel):
         positions = build_positional_scheme(config, causal=self.is_causal)
         self.positions_name = positions.module_name
         self.add_module(self.positions_name, positions)
+        self.keys_positioned = positions.uses_attention_bias  # only a bias reads the keys' positions (a forward's work)
         self.embedding_norm = build_norm(config) if config.embedding_norm else None
         self.hidden_dropout = config.hidden_dropout
         depth = num_layers if num_layers is not None else self.default_depth(config)
@@ -870,7 +871,7 @@ class VanillaDecoder(VanillaStack):
             position_ids=position_ids,
         )
         key_length = self_cache.get_mask_sizes(length, 0)[0] if self_cache is not None else length
-        keys = key_positions(position_ids, past_length, key_length, positions_mask)
+        keys = key_positions(position_ids, past_length, key_length, positions_mask) if self.keys_positioned else None
         positional = self.positional_scheme.attention_inputs(hidden_states, position_ids, keys)
         cross_mask = None
         if self.has_cross_attention:

@@ -104,10 +104,10 @@ class PositionalScheme(InitialisesItself, nn.Module):
         self,
         hidden_states: torch.Tensor,
         position_ids: torch.Tensor,
-        key_positions: torch.Tensor,
+        key_positions: torch.Tensor | None,
     ) -> PositionalAttentionInputs:
         """``position_ids``: the queries' positions, (batch or 1, queries); ``key_positions``: the keys',
-        (batch or 1, keys), from :func:`key_positions`."""
+        (batch or 1, keys), from :func:`key_positions` (None for a scheme that adds no attention bias)."""
         return NO_POSITIONAL_INPUTS
 
     def check_positions(self, position_ids: torch.Tensor) -> None:
