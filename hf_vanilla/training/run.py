@@ -55,6 +55,7 @@ from .trainer import (
     find_resume_checkpoint,
     load_finished_checkpoint,
     recorded_checkpoints,
+    rotate_recorded,
     trainer_classes,
 )
 
@@ -193,6 +194,8 @@ def run_in_folder(task: Task, folder: OutputFolder, opts: TrainOptions, extra_ca
                 write_run_record(folder, run_record(task, opts, status="running", **record))
         with ctrl_c_ends_the_run(run_dir, is_main, DURING_TRAINING, resume_command):
             train_seconds = fit(trainer, resume_from, total_steps, callbacks.interrupt)
+            if is_main:  # a run killed between placing its last checkpoint and rotating has no save left to rotate
+                rotate_recorded(folder, trainer.args.save_total_limit, trainer.state.best_model_checkpoint)
             undo.pop_all()  # the new run has checkpointed (or finished): the old one is gone for good
             check_stopped(run_dir, trainer, callbacks, is_main, resume_command)
             trained = time_training(run_dir, is_main, train_seconds, callbacks.timer.durations, t_start, recorded)

@@ -43,7 +43,8 @@ TELLING = {
             (r"\.hf_vanilla-fresh-checkpoint-\d+/checkpoint-\d+$", (1,))],  # the first checkpoint placed, not committed
     "overwrite": [(r"\.hf_vanilla-fresh-checkpoint-\d+/checkpoint-\d+$", (1,))],
     "resume": [(r"\.hf_vanilla-fresh-checkpoint-\d+/checkpoint-\d+$", (1,))],
-    "rotation": [(r"/run/checkpoint-\d+$", (1, 6))],  # renamed away but recorded; half deleted (inside its rmtree)
+    "rotation": [(r"/run/checkpoint-\d+$", (1, 6)),  # renamed away but recorded; half deleted (inside its rmtree)
+                 (r"^replace .*fresh-checkpoint-4/checkpoint-4$", (1,))],  # the last checkpoint placed, not rotated
     "new-conversion": [(r"^replace .*/\.staging-out-\w+$", (0, 1))],  # the staged folder published, and after
     "existing-empty": [(r"hf_vanilla-journal\.json\..*\.tmp$", (1, 2)),  # the journal alone, before its record
                        (r"^rmdir .*fresh-conversion$", (1, 2))],  # published, not yet committed
