@@ -184,7 +184,8 @@ def train_sweep(flow: str, templates, tmp_path: Path, every: bool) -> int:
     _, base = templates
     options = dict(base, **FLOWS[flow])
     probe_dir, _ = prepare(flow, templates, tmp_path / "probe")
-    points = kill_points(operations(lambda: T.train("clm", probe_dir, **options)), flow, every)
+    ops = operations(lambda: T.train("clm", probe_dir, **options))
+    points = kill_points(ops, flow, every)
     for n in points:
         run_dir, outside = prepare(flow, templates, tmp_path / f"{flow}-{n}")
         users = users_state(run_dir, outside) if run_dir.exists() else {"outside": outside.read_text()}
@@ -210,6 +211,7 @@ def train_sweep(flow: str, templates, tmp_path: Path, every: bool) -> int:
         recorded = {p.name for p in own_files(run_dir)}
         assert set(visible_checkpoints(run_dir)) <= recorded, at
         shutil.rmtree(run_dir.parent)
+    print(f"{flow}: killed at {len(points)} of {len(ops)} file operations, each taken up by the next command")
     return len(points)
 
 
