@@ -275,6 +275,7 @@ def convert_sweep(kind: str, native: Path, tmp_path: Path, every: bool) -> int:
         if users is not None:
             assert users_state(out, outside) == users, at
         shutil.rmtree(out.parent)
+    print(f"convert into {kind}: killed at {len(points)} of {len(ops)} file operations, each taken up by the next command")
     return len(points)
 
 
