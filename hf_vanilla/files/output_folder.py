@@ -330,8 +330,9 @@ class OutputFolder:
 
     def _left_by_a_killed_writer(self) -> bool:
         """Whether the folder holds hf_vanilla's bookkeeping that only a write cut short leaves (a journal, a
-        folder of moved-aside files, a work folder, a temporary file)."""
-        return any(_is_ours_by_name(p.name) and p.name not in (RECORD, LOCK) for p in self.path.iterdir()) \
+        folder of moved-aside files, a work folder, a temporary file, a lock file that nobody holds: the caller
+        asked first, and a finished write unlinks its lock file)."""
+        return any(_is_ours_by_name(p.name) and p.name != RECORD for p in self.path.iterdir()) \
             or bool(self._stray_temporaries())
 
     def _stray_temporaries(self) -> list[Path]:

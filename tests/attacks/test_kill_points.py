@@ -47,7 +47,8 @@ TELLING = {
                  (r"^replace .*fresh-checkpoint-4/checkpoint-4$", (1,))],  # the last checkpoint placed, not rotated
     "new-conversion": [(r"^replace .*/\.staging-out-\w+$", (0, 1))],  # the staged folder published, and after
     "existing-empty": [(r"hf_vanilla-journal\.json\..*\.tmp$", (1, 2)),  # the journal alone, before its record
-                       (r"^rmdir .*fresh-conversion$", (1, 2))],  # published, not yet committed
+                       (r"^rmdir .*fresh-conversion$", (1, 2)),  # published, not yet committed
+                       (r"^unlink .*/\.hf_vanilla\.lock$", (0,))],  # all done but the lock file's unlinking
     "overwrite-conversion": [(r"^mkdir .*hf_vanilla-replaced$", (1, 3)), (r"^rmdir .*fresh-conversion$", (1, 2)),
                              (r"^rmtree .*hf_vanilla-replaced$", (3,))],
 }
