@@ -13,7 +13,7 @@ from hf_vanilla.tools.ladder import SIZES, format_table, run_child, run_in_proce
 
 ROWS = [
     "convert-to-vanilla peak / checkpoint", "convert-to-native peak / checkpoint", "model code import time",
-    "meta build time", "load bf16 time", "load bf16 peak RSS", "load-remote code import time", "load-remote time",
+    "meta build time", "meta rebuild CPU time", "load bf16 time", "load bf16 peak RSS", "load-remote code import time", "load-remote time",
     "load-remote peak RSS", "save_pretrained time", "save_pretrained peak RSS", "forward bf16",
     "train step fp32 AdamW time", "train step fp32 AdamW peak RSS", "train step fp32 AdamW + checkpointing time",
     "train step fp32 AdamW + checkpointing peak RSS", "generate b1 bf16 (tokens identical)",
@@ -120,4 +120,4 @@ def test_the_build_load_rows_stop_each_serving_process_after_the_load(tmp_path):
     assert [(spec["kind"], spec.get("side")) for spec in specs] == [
         ("make", None), ("convert", None), ("serve", "twin"), ("serve", "ours"), ("serve", "twin")]
     assert all(spec["stop_after"] == "load" for spec in specs if spec["kind"] == "serve")
-    assert set(run_in_process(specs[3])) == {"import", "meta", "load"}
+    assert set(run_in_process(specs[3])) == {"import", "meta", "meta-again", "load"}
