@@ -111,10 +111,15 @@ def test_the_build_load_rows_stop_each_serving_process_after_the_load(tmp_path):
 
     def run(spec):
         specs.append(spec)
-        return run_in_process(spec)
+        result = run_in_process(spec)
+        if spec["kind"] == "serve":  # which process the rebuild row reads: the twin 1 s, ours 2 s, its control 3 s
+            result["meta-again"]["seconds"] = float(sum(earlier["kind"] == "serve" for earlier in specs))
+        return result
 
     rows = ladder.ladder("tiny", tmp_path, run=run, log=lambda message: None, build_load_only=True)
     assert tuple(row.name for row in rows) == ladder.BUILD_LOAD_ROWS
+    rebuilt = next(row for row in rows if row.name == "meta rebuild CPU time")
+    assert (rebuilt.ours, rebuilt.twin, rebuilt.control) == (2.0, 1.0, 3.0)
     assert all(row.ours > 0 and row.twin > 0 and row.control > 0 for row in rows if row.unit == "s")
     # make, convert once, then twin, ours, twin: the serving processes stop at the load (no save, forward, generate)
     assert [(spec["kind"], spec.get("side")) for spec in specs] == [
