@@ -643,13 +643,16 @@ class VanillaPreTrainedModel(InitialisesItself, PreTrainedModel):
 
     @torch.no_grad()
     def initialize_weights(self) -> None:
+        # transformers never calls _init_weights for a custom-code module without parameters of its own (attention,
+        # FFN), where T5 sets each projection's spread: those draw here, each once (the stack's, the base model's and
+        # the head's post_init each run this; transformers flags a module once it is done, loaded tensors too).
+        skipped = [module for module in self.modules() if isinstance(module, InitialisesItself)
+                   and not getattr(module, "_is_hf_initialized", False)
+                   and next(module.parameters(recurse=False), None) is None] \
+            if self.config.initializer_factor is not None else []
         super().initialize_weights()
-        if self.config.initializer_factor is not None:
-            # transformers skips _init_weights for custom-code modules without parameters of their own (attention,
-            # FFN), where T5 sets each projection's spread; loaded tensors are flagged and stay as loaded.
-            for module in self.modules():
-                if isinstance(module, InitialisesItself):
-                    module.init_own_weights(self.config)
+        for module in skipped:
+            module.init_own_weights(self.config)
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)  # linears and embeddings N(0, initializer_range), biases at 0
