@@ -35,6 +35,9 @@ from tests.attacks.test_folders import snapshot
 from tests.attacks.test_journal import FILE_OPERATIONS, Killed
 from tests.test_train import TINY, corpus, text_files  # noqa: F401  (corpus is a fixture)
 
+#: The step a resumed run trains to (FLOWS): its last checkpoint is the one rotation and the refusals aim at.
+RESUMED_TO = 4
+
 #: Where the default run kills, per flow: at the first operation matching each pattern, and at the operations
 #: that many places after it (0: the operation itself fails; 1: it was done, the next one was not).
 TELLING = {
@@ -44,7 +47,8 @@ TELLING = {
     "overwrite": [(r"\.hf_vanilla-fresh-checkpoint-\d+/checkpoint-\d+$", (1,))],
     "resume": [(r"\.hf_vanilla-fresh-checkpoint-\d+/checkpoint-\d+$", (1,))],
     "rotation": [(r"/run/checkpoint-\d+$", (1, 6)),  # renamed away but recorded; half deleted (inside its rmtree)
-                 (r"^replace .*fresh-checkpoint-4/checkpoint-4$", (1,))],  # the last checkpoint placed, not rotated
+                 # the last checkpoint placed, not yet rotated
+                 (rf"^replace .*fresh-checkpoint-{RESUMED_TO}/checkpoint-{RESUMED_TO}$", (1,))],
     "new-conversion": [(r"^replace .*/\.staging-out-\w+$", (0, 1))],  # the staged folder published, and after
     "existing-empty": [(r"hf_vanilla-journal\.json\..*\.tmp$", (1, 2)),  # the journal alone, before its record
                        (r"^rmdir .*fresh-conversion$", (1, 2)),  # published, not yet committed
@@ -151,8 +155,8 @@ def visible_checkpoints(folder: Path) -> list[str]:
 FLOWS = {  # the killed command's options beyond the base, and how its folder is prepared
     "new": dict(),
     "overwrite": dict(overwrite=True),
-    "resume": dict(resume=True, max_steps=4),
-    "rotation": dict(resume=True, max_steps=4, save_total_limit=1),
+    "resume": dict(resume=True, max_steps=RESUMED_TO),
+    "rotation": dict(resume=True, max_steps=RESUMED_TO, save_total_limit=1),
 }
 
 
@@ -421,7 +425,7 @@ def sweep(points: list[int], tmp_path: Path, label: str, check: Callable[[int, P
 #: Where the default run refuses, per train flow: the journal, the tokenizer, the first checkpoint, run.json, and
 #: after the first checkpoint (issue 50.7) the last checkpoint's placement and the curves at the end.
 TELLING_REFUSALS = [r"hf_vanilla-journal\.json\..*\.tmp", r"\.tokenizer\.json\..*\.tmp|fresh-\w*Tokenizer",
-                    r"fresh-checkpoint-\d+/checkpoint", r"run\.json\..*\.tmp", r"fresh-checkpoint-4/checkpoint",
+                    r"fresh-checkpoint-\d+/checkpoint", r"run\.json\..*\.tmp", rf"fresh-checkpoint-{RESUMED_TO}/checkpoint",
                     r"curves\.png"]
 
 
