@@ -191,13 +191,13 @@ LLAMA = Architecture(
     },
     weights=(
         W("embed_tokens.weight", "embed_tokens.weight"),
-        *_attention("decoder.layers.{i}.self_attn", "layers.{i}.self_attn", "q_proj", "k_proj", "v_proj", "o_proj"),
-        W("decoder.layers.{i}.self_attn_norm.weight", "layers.{i}.input_layernorm.weight"),
-        W("decoder.layers.{i}.mlp.gate_proj.*", "layers.{i}.mlp.gate_proj.*"),
-        W("decoder.layers.{i}.mlp.up_proj.*", "layers.{i}.mlp.up_proj.*"),
-        W("decoder.layers.{i}.mlp.down_proj.*", "layers.{i}.mlp.down_proj.*"),
-        W("decoder.layers.{i}.mlp_norm.weight", "layers.{i}.post_attention_layernorm.weight"),
-        W("decoder.final_norm.weight", "norm.weight"),
+        *_attention("layers.{i}.self_attn", "layers.{i}.self_attn", "q_proj", "k_proj", "v_proj", "o_proj"),
+        W("layers.{i}.self_attn_norm.weight", "layers.{i}.input_layernorm.weight"),
+        W("layers.{i}.mlp.gate_proj.*", "layers.{i}.mlp.gate_proj.*"),
+        W("layers.{i}.mlp.up_proj.*", "layers.{i}.mlp.up_proj.*"),
+        W("layers.{i}.mlp.down_proj.*", "layers.{i}.mlp.down_proj.*"),
+        W("layers.{i}.mlp_norm.weight", "layers.{i}.post_attention_layernorm.weight"),
+        W("final_norm.weight", "norm.weight"),
     ),
     fixed=dict(
         final_norm=True, embedding_norm=False, scale_embedding=False, attention_scale=None, type_vocab_size=0,
@@ -262,16 +262,16 @@ GPT2 = Architecture(
     },
     weights=(
         W("embed_tokens.weight", "wte.weight"),
-        W("decoder.positions.embeddings.weight", "wpe.weight"),
-        W("decoder.layers.{i}.self_attn_norm.*", "h.{i}.ln_1.*"),
-        W("decoder.layers.{i}.self_attn.q_proj.*", "h.{i}.attn.c_attn.*", conv1d=True, part=(0, 3)),
-        W("decoder.layers.{i}.self_attn.k_proj.*", "h.{i}.attn.c_attn.*", conv1d=True, part=(1, 3)),
-        W("decoder.layers.{i}.self_attn.v_proj.*", "h.{i}.attn.c_attn.*", conv1d=True, part=(2, 3)),
-        W("decoder.layers.{i}.self_attn.o_proj.*", "h.{i}.attn.c_proj.*", conv1d=True),
-        W("decoder.layers.{i}.mlp_norm.*", "h.{i}.ln_2.*"),
-        W("decoder.layers.{i}.mlp.up_proj.*", "h.{i}.mlp.c_fc.*", conv1d=True),
-        W("decoder.layers.{i}.mlp.down_proj.*", "h.{i}.mlp.c_proj.*", conv1d=True),
-        W("decoder.final_norm.*", "ln_f.*"),
+        W("positions.embeddings.weight", "wpe.weight"),
+        W("layers.{i}.self_attn_norm.*", "h.{i}.ln_1.*"),
+        W("layers.{i}.self_attn.q_proj.*", "h.{i}.attn.c_attn.*", conv1d=True, part=(0, 3)),
+        W("layers.{i}.self_attn.k_proj.*", "h.{i}.attn.c_attn.*", conv1d=True, part=(1, 3)),
+        W("layers.{i}.self_attn.v_proj.*", "h.{i}.attn.c_attn.*", conv1d=True, part=(2, 3)),
+        W("layers.{i}.self_attn.o_proj.*", "h.{i}.attn.c_proj.*", conv1d=True),
+        W("layers.{i}.mlp_norm.*", "h.{i}.ln_2.*"),
+        W("layers.{i}.mlp.up_proj.*", "h.{i}.mlp.c_fc.*", conv1d=True),
+        W("layers.{i}.mlp.down_proj.*", "h.{i}.mlp.c_proj.*", conv1d=True),
+        W("final_norm.*", "ln_f.*"),
     ),
     fixed=dict(
         position_offset=0, norm_bias=True, final_norm=True, embedding_norm=False, scale_embedding=False,
@@ -734,8 +734,9 @@ class _Pair(NamedTuple):
 
 def _pairs(arch: Architecture, head: Head, config: VanillaConfig) -> Iterator[_Pair]:
     """The weight table with layers and ``*`` expanded and both base prefixes applied."""
-    depth = {"encoder": config.num_hidden_layers,
-             "decoder": config.num_decoder_layers if config.is_encoder_decoder else config.num_hidden_layers}
+    # by the first part of the row's name: a stack of an encoder(-decoder), or the decoder family's own ``layers``
+    depth = {"encoder": config.num_hidden_layers, "decoder": config.num_decoder_layers,
+             "layers": config.num_hidden_layers}
     vanilla_base = "" if head.vanilla == "VanillaModel" else "model."
     tables = [(row, vanilla_base, head.base) for row in arch.weights] + [(row, "", "") for row in head.weights]
     for row, ours_prefix, theirs_prefix in tables:

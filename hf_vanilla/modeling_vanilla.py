@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 import torch
 from torch import nn
+from transformers import PreTrainedConfig
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
@@ -450,6 +451,15 @@ class VanillaCrossAttention(VanillaAttention):
 #: renaming and by ``load_state_dict`` (Trainer's resume, PEFT) through :func:`read_legacy_names`,
 #: never written. One pattern: loading tries each renaming on every tensor name.
 LEGACY_KEY_NAMES = {r"\.(self_attn|cross_attn|mlp)_step\.norm\.": r".\1_norm."}
+#: The decoder family's names from before its bare model was its own causal stack (``model.decoder.layers.0...``;
+#: a bare model's folder ``decoder.layers.0...``): read as LEGACY_KEY_NAMES are, for that family only (an
+#: encoder-decoder's decoder keeps the name), by :func:`read_legacy_stack_names` and ``from_pretrained``.
+LEGACY_DECODER_FAMILY_NAMES = {r"^model\.decoder\.": "model.", r"^decoder\.": ""}
+
+
+def legacy_key_names(family: str | None) -> dict[str, str]:
+    """The renamings that read older checkpoints of ``family`` (the config's ``architecture``)."""
+    return {**LEGACY_KEY_NAMES, **(LEGACY_DECODER_FAMILY_NAMES if family == "decoder" else {})}
 
 
 def legacy_renamed(name: str) -> str:
@@ -468,9 +478,42 @@ def read_legacy_names(module: nn.Module, state_dict: dict, prefix: str, *args: A
             state_dict[new] = state_dict.pop(old)
 
 
+def read_legacy_stack_names(module: nn.Module, state_dict: dict, prefix: str, *args: Any) -> None:
+    """The decoder family's bare model's load_state_dict pre-hook: the tensors of the decoder stack it held before
+    (``decoder.layers.0...``) take the names of its own parts (``layers.0...``), then read_legacy_names's."""
+    held = prefix + "decoder."
+    for old in [name for name in state_dict if name.startswith(held)]:
+        state_dict[prefix + old[len(held):]] = state_dict.pop(old)
+    read_legacy_names(module, state_dict, prefix, *args)
+
+
 def is_legacy_renaming(transform: object) -> bool:
-    """Whether a transform transformers made from ``key_mapping`` is one of LEGACY_KEY_NAMES' renamings."""
-    return getattr(transform, "_original_source_patterns", None) in [[old] for old in LEGACY_KEY_NAMES]
+    """Whether a transform transformers made from ``key_mapping`` is one of the legacy renamings."""
+    legacy = legacy_key_names("decoder")  # every renaming: the decoder family reads them all
+    return getattr(transform, "_original_source_patterns", None) in [[old] for old in legacy]
+
+
+#: What ``from_pretrained`` passes on when it reads a folder's config (the download's own arguments).
+CONFIG_READING_ARGUMENTS = (
+    "cache_dir", "force_download", "proxies", "local_files_only", "token", "revision", "subfolder", "gguf_file"
+)
+
+
+def checkpoint_family(config_class: type, location: Any, kwargs: dict) -> str | None:
+    """The family (``architecture``) of the folder ``from_pretrained`` was given, from its config: the one given, or
+    its config.json read as transformers reads it. None where none can be read: transformers says why."""
+    config = kwargs.get("config")
+    if isinstance(config, PreTrainedConfig):
+        return getattr(config, "architecture", None)
+    source = config if config is not None else location  # a config given as a folder's name or path
+    if source is None:
+        return None
+    reading = {name: kwargs[name] for name in CONFIG_READING_ARGUMENTS if name in kwargs}
+    try:
+        config_dict, _ = config_class.get_config_dict(source, **reading)
+    except (OSError, ValueError):
+        return None
+    return config_dict.get("architecture")
 
 
 class VanillaBlock(GradientCheckpointingLayer):
@@ -618,12 +661,14 @@ class VanillaPreTrainedModel(InitialisesItself, PreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, *args, key_mapping: dict[str, str] | None = None, **kwargs):
-        """transformers' ``from_pretrained``, reading the checkpoint names of older folders too (LEGACY_KEY_NAMES).
+        """transformers' ``from_pretrained``, reading the checkpoint names of older folders too (legacy_key_names).
 
         The old names are read, not written back: transformers re-saves a renamed checkpoint in the layout it was
         loaded from, so the renaming is dropped from what the model remembers, and every folder it saves holds the
         names of its modules (the names vLLM and the conversions read)."""
-        loaded = super().from_pretrained(*args, key_mapping={**LEGACY_KEY_NAMES, **(key_mapping or {})}, **kwargs)
+        location = args[0] if args else kwargs.get("pretrained_model_name_or_path")
+        legacy = legacy_key_names(checkpoint_family(cls.config_class, location, kwargs))
+        loaded = super().from_pretrained(*args, key_mapping={**legacy, **(key_mapping or {})}, **kwargs)
         model = loaded[0] if isinstance(loaded, tuple) else loaded  # (model, loading_info) when asked for it
         remembered = getattr(model, "_weight_conversions", None) or []
         model._weight_conversions = [c for c in remembered if not is_legacy_renaming(c)] or None
@@ -641,16 +686,30 @@ class VanillaPreTrainedModel(InitialisesItself, PreTrainedModel):
         refuse_attention_dropping_bias(self.config, requested)
         return super().set_attn_implementation(attn_implementation, allow_all_kernels=allow_all_kernels)
 
+    def parts_drawn_first(self) -> list[nn.Module]:
+        """The modules a seed initialises before the rest of this model (none: VanillaModel names its own)."""
+        return []
+
     @torch.no_grad()
     def initialize_weights(self) -> None:
-        # transformers never calls _init_weights for a custom-code module without parameters of its own (attention,
-        # FFN), where T5 sets each projection's spread: those draw here, each once (the stack's, the base model's and
-        # the head's post_init each run this; transformers flags a module once it is done, loaded tensors too).
-        skipped = [module for module in self.modules() if isinstance(module, InitialisesItself)
+        first = self.parts_drawn_first()
+        if first:
+            is_custom_code = self.is_custom_code()
+            self.initialise_with_own_draws(first, lambda: [part.apply(lambda module: self._initialize_weights(module, is_custom_code))
+                                      for part in first])
+        self.initialise_with_own_draws([self], super().initialize_weights)
+
+    def initialise_with_own_draws(self, roots: list[nn.Module], initialise: Callable[[], Any]) -> None:
+        """Run ``initialise`` over ``roots``, then the own draws transformers leaves out.
+
+        transformers never calls _init_weights for a custom-code module without parameters of its own (attention,
+        FFN), where T5 sets each projection's spread: those draw here, each once (the stack's, the base model's and
+        the head's post_init each run this; transformers flags a module once it is done, loaded tensors too)."""
+        skipped = [module for root in roots for module in root.modules() if isinstance(module, InitialisesItself)
                    and not getattr(module, "_is_hf_initialized", False)
                    and next(module.parameters(recurse=False), None) is None] \
             if self.config.initializer_factor is not None else []
-        super().initialize_weights()
+        initialise()
         for module in skipped:
             module.init_own_weights(self.config)
 
@@ -698,58 +757,37 @@ def refuse_flex_generation_on_cpu(config: VanillaConfig, device: torch.device, m
 # Stacks
 
 
-class VanillaStack(VanillaPreTrainedModel):
-    """Embeddings, positions and a stack of blocks. Subclasses fix the direction (bidirectional or causal).
+class StackParts:
+    """What a stack of blocks holds and runs around its blocks: the token embedding (its own, or one it borrows),
+    token types, the positional scheme, an embedding norm, the blocks and a final norm.
 
-    Built from the config alone (``VanillaDecoder(config)``), as engines that wrap the class ``get_decoder()``
-    returns build it (vLLM's compile decorator accepts no other positional argument); a stack built alone owns
-    its token embedding. :class:`VanillaModel` lends its own instead (the encoder and decoder share one matrix,
-    stored once): a borrowed embedding is kept out of the stack's parameters so nothing is registered twice.
+    Held by the encoder and decoder stacks, and by the decoder family's bare model, which is its own decoder stack
+    (``model.layers.N``, as LlamaModel holds its layers).
     """
 
-    is_causal = False
-
-    def __init__(
-        self,
-        config: VanillaConfig,
-        *,
-        token_embedding: VanillaTokenEmbedding | None = None,
-        num_layers: int | None = None,
-        checked: bool = False,
-    ):
-        super().__init__(config, checked=checked)
-        self.has_cross_attention = self.is_causal and config.is_encoder_decoder
+    def build_stack(
+        self, config: VanillaConfig, *, causal: bool, num_layers: int, token_embedding: VanillaTokenEmbedding | None
+    ) -> None:
+        """Build the parts on this module; ``token_embedding`` given, the stack borrows it (not registered here)."""
+        self.has_cross_attention = causal and config.is_encoder_decoder
         if token_embedding is None:
             self.embed_tokens = token_embedding = VanillaTokenEmbedding(config)
         self._token_embedding = (token_embedding,)
         self.token_type_embeddings = (
             nn.Embedding(config.type_vocab_size, config.hidden_size) if config.type_vocab_size else None
         )
-        positions = build_positional_scheme(config, causal=self.is_causal)
+        positions = build_positional_scheme(config, causal=causal)
         self.positions_name = positions.module_name
         self.add_module(self.positions_name, positions)
         self.keys_positioned = positions.uses_attention_bias  # only a bias reads the keys' positions (a forward's work)
         self.embedding_norm = build_norm(config) if config.embedding_norm else None
         self.hidden_dropout = config.hidden_dropout
-        depth = num_layers if num_layers is not None else self.default_depth(config)
         self.layers = nn.ModuleList(
-            VanillaBlock(config, i, is_causal=self.is_causal, has_cross_attention=self.has_cross_attention)
-            for i in range(depth)
+            VanillaBlock(config, i, is_causal=causal, has_cross_attention=self.has_cross_attention)
+            for i in range(num_layers)
         )
         self.final_norm = build_norm(config) if config.final_norm else None
-        self.register_load_state_dict_pre_hook(read_legacy_names)  # once for all its blocks, not once a block
         self.gradient_checkpointing = False
-        self.post_init()
-
-    def init_parallel_plans(self) -> None:
-        # The config's plans name VanillaModel's modules ("decoder.layers.*"): a stack is a part of that base model,
-        # not a base model of its own, so it holds none of them (VanillaModel would prefix them again), and derives
-        # none from the table only to drop it (transformers' method would, a stack being its own base model).
-        self._tp_plan, self._ep_plan, self._pp_plan, self._fsdp_plan = {}, {}, {}, {}
-
-    @staticmethod
-    def default_depth(config: VanillaConfig) -> int:
-        return config.num_hidden_layers
 
     @property
     def positional_scheme(self) -> PositionalScheme:
@@ -787,6 +825,50 @@ class VanillaStack(VanillaPreTrainedModel):
         return self.final_norm(hidden_states) if self.final_norm is not None else hidden_states
 
 
+def stacks_of(model: nn.Module) -> dict[str, StackParts]:
+    """A model's stacks of blocks by kind, ``"encoder"`` and/or ``"decoder"`` (the causal one): the modules holding
+    ``layers``, the decoder family's bare model itself among them."""
+    return {"encoder" if isinstance(module, VanillaEncoder) else "decoder": module
+            for module in model.modules() if isinstance(module, StackParts) and "layers" in module._modules}
+
+
+class VanillaStack(StackParts, VanillaPreTrainedModel):
+    """Embeddings, positions and a stack of blocks, a part of an encoder-decoder or of the encoder family's bare
+    model. Subclasses fix the direction (bidirectional or causal).
+
+    Built from the config alone (``VanillaDecoder(config)``), as engines that wrap the class ``get_decoder()``
+    returns build it (vLLM's compile decorator accepts no other positional argument); a stack built alone owns
+    its token embedding. :class:`VanillaModel` lends its own instead (the encoder and decoder share one matrix,
+    stored once): a borrowed embedding is kept out of the stack's parameters so nothing is registered twice.
+    """
+
+    is_causal = False
+
+    def __init__(
+        self,
+        config: VanillaConfig,
+        *,
+        token_embedding: VanillaTokenEmbedding | None = None,
+        num_layers: int | None = None,
+        checked: bool = False,
+    ):
+        super().__init__(config, checked=checked)
+        depth = num_layers if num_layers is not None else self.default_depth(config)
+        self.build_stack(config, causal=self.is_causal, num_layers=depth, token_embedding=token_embedding)
+        self.register_load_state_dict_pre_hook(read_legacy_names)  # once for all its blocks, not once a block
+        self.post_init()
+
+    def init_parallel_plans(self) -> None:
+        # The config's plans name VanillaModel's modules ("encoder.layers.*"): a stack is a part of that base model,
+        # not a base model of its own, so it holds none of them (VanillaModel would prefix them again), and derives
+        # none from the table only to drop it (transformers' method would, a stack being its own base model).
+        self._tp_plan, self._ep_plan, self._pp_plan, self._fsdp_plan = {}, {}, {}, {}
+
+    @staticmethod
+    def default_depth(config: VanillaConfig) -> int:
+        return config.num_hidden_layers
+
+
 class VanillaEncoder(VanillaStack):
     """Bidirectional stack: every token attends to every (unpadded) token."""
 
@@ -819,19 +901,15 @@ class VanillaEncoder(VanillaStack):
         return BaseModelOutput(last_hidden_state=self.finish(hidden_states))
 
 
-class VanillaDecoder(VanillaStack):
-    """Causal stack: position t attends to positions <= t (and, in an encoder-decoder, to the encoder)."""
+class CausalStack(StackParts):
+    """The causal stack's forward: position t attends to positions <= t (and, in an encoder-decoder, to the
+    encoder). Run by the encoder-decoder's decoder and by the decoder family's bare model over their own parts."""
 
-    is_causal = True
     _can_record_outputs = {
         "hidden_states": VanillaBlock,
         "attentions": OutputRecorder(VanillaAttention, index=1, layer_name="self_attn"),
         "cross_attentions": OutputRecorder(VanillaAttention, index=1, layer_name="cross_attn"),
     }
-
-    @staticmethod
-    def default_depth(config: VanillaConfig) -> int:
-        return config.num_decoder_layers if config.is_encoder_decoder else config.num_hidden_layers
 
     @accepts_past_key_values
     @merge_with_config_defaults
@@ -900,6 +978,17 @@ class VanillaDecoder(VanillaStack):
         )
 
 
+class VanillaDecoder(CausalStack, VanillaStack):
+    """The causal stack of an encoder-decoder, attending to the encoder (the decoder family's bare model is its own
+    causal stack)."""
+
+    is_causal = True
+
+    @staticmethod
+    def default_depth(config: VanillaConfig) -> int:
+        return config.num_decoder_layers if config.is_encoder_decoder else config.num_hidden_layers
+
+
 # ----------------------------------------------------------------------------------------------
 # The bare model: one class, three families
 
@@ -924,12 +1013,13 @@ def refuse_decoder_inputs(family: str, **inputs: object) -> None:
         )
 
 
-class VanillaModel(VanillaPreTrainedModel):
-    """The bare transformer of any family, returning hidden states: its stacks composed as BART and T5 compose them.
+class VanillaModel(CausalStack, VanillaPreTrainedModel):
+    """The bare transformer of any family, returning hidden states.
 
-    * ``encoder``: the encoder stack alone -> :class:`BaseModelOutput`
-    * ``decoder``: the decoder stack alone, with its cache -> :class:`BaseModelOutputWithPast`
-    * ``encoder-decoder``: the encoder, then the decoder attending to it -> :class:`Seq2SeqModelOutput`
+    * ``encoder``: the encoder stack (``encoder.layers.N``, as BertModel) -> :class:`BaseModelOutput`
+    * ``decoder``: its own causal stack (``layers.N``, as LlamaModel), with its cache -> :class:`BaseModelOutputWithPast`
+    * ``encoder-decoder``: the encoder, then the decoder attending to it, composed as BART and T5 compose them
+      -> :class:`Seq2SeqModelOutput`
     """
 
     def __init__(self, config: VanillaConfig, *, under_head: bool = False):
@@ -939,20 +1029,31 @@ class VanillaModel(VanillaPreTrainedModel):
             if VanillaForMaskedLM.__name__ in (config.architectures or ()):  # vLLM pools a masked-LM folder's encoder:
                 # the head's weights are there but unread (vLLM drops these keys too, as it builds this class alone)
                 self._keys_to_ignore_on_load_unexpected = list(VanillaForMaskedLM.head_weights)
-        self.embed_tokens = VanillaTokenEmbedding(config)
         family = config.architecture
-        # Keyword arguments only: an engine may wrap the stack classes in a constructor that refuses any other
-        # positional argument than the config.
-        stack = {"token_embedding": self.embed_tokens, "checked": True}
-        self.encoder = VanillaEncoder(config, **stack) if family != "decoder" else None
-        self.decoder = VanillaDecoder(config, **stack) if family != "encoder" else None
+        self.encoder = self.decoder = None
+        if family == "decoder":
+            self.build_stack(config, causal=True, num_layers=config.num_hidden_layers, token_embedding=None)
+            self.register_load_state_dict_pre_hook(read_legacy_stack_names)
+        else:
+            self.embed_tokens = VanillaTokenEmbedding(config)
+            # Keyword arguments only: an engine may wrap the stack classes in a constructor that refuses any other
+            # positional argument than the config.
+            stack = {"token_embedding": self.embed_tokens, "checked": True}
+            self.encoder = VanillaEncoder(config, **stack)
+            self.decoder = VanillaDecoder(config, **stack) if family == "encoder-decoder" else None
         self.post_init()
+
+    def parts_drawn_first(self) -> list[nn.Module]:
+        # The decoder family's stack parts before its token embedding, as when they were a stack with a post_init of
+        # its own: a seed gives every weight the values it gave then.
+        own_stack = "layers" in self._modules
+        return [module for name, module in self.named_children() if name != "embed_tokens"] if own_stack else []
 
     def get_input_embeddings(self) -> VanillaTokenEmbedding:
         return self.embed_tokens
 
     def set_input_embeddings(self, embedding: nn.Embedding) -> None:
-        self.embed_tokens = embedding
+        super().set_input_embeddings(embedding)
         for stack in (self.encoder, self.decoder):
             if stack is not None:
                 stack.set_input_embeddings(embedding)
@@ -1000,13 +1101,13 @@ class VanillaModel(VanillaPreTrainedModel):
             return self.encode_then_decode(source, target, encoder_outputs, cache, use_cache, **kwargs)
         refuse_decoder_inputs(self.config.architecture, decoder_input_ids=decoder_input_ids,
                               decoder_inputs_embeds=decoder_inputs_embeds, encoder_outputs=encoder_outputs)
-        if self.decoder is None:  # the encoder family: nothing to cache, `cache` and `use_cache` do not apply
+        if self.encoder is not None:  # the encoder family: nothing to cache, `cache` and `use_cache` do not apply
             return self.encoder(**source, **kwargs)
         return self.decode(source, cache, use_cache, **kwargs)
 
     def decode(self, source: dict, cache: Cache | None, use_cache: bool | None, **kwargs) -> BaseModelOutputWithPast:
-        """The decoder family: the decoder stack alone, its cache passed on."""
-        outputs = self.decoder(**source, cache=cache, use_cache=use_cache, **kwargs)
+        """The decoder family: this model's own causal stack, its cache passed on."""
+        outputs = super().forward(**source, cache=cache, use_cache=use_cache, **kwargs)
         return BaseModelOutputWithPast(
             last_hidden_state=outputs.last_hidden_state,
             **cache_field(getattr(outputs, CACHE_NAME)),

@@ -150,6 +150,11 @@ def attention_tp_plan(prefix: str) -> dict[str, str]:
     return {f"{prefix}.{name}_proj": "colwise" for name in "qkv"} | {f"{prefix}.o_proj": "rowwise"}
 
 
+#: Where each family's blocks sit in its bare model, as a prefix of their names: the decoder family's model is its
+#: own causal stack (``layers.*``, as LlamaModel's); the others hold theirs in ``encoder`` (and ``decoder``).
+STACKS = {"encoder": ("encoder.",), "decoder": ("",), "encoder-decoder": ("encoder.", "decoder.")}
+
+
 def tensor_parallel_plan(config: Any) -> dict[str, str]:
     """``base_model_tp_plan``: module names of VanillaModel -> transformers' parallel styles.
 
@@ -162,18 +167,17 @@ def tensor_parallel_plan(config: Any) -> dict[str, str]:
     * the feed-forward network (gate and up column-wise, down row-wise).
     transformers adds the token embedding (split by vocabulary) and the heads add their output projection.
     """
-    stacks = {"encoder": ("encoder",), "decoder": ("decoder",), "encoder-decoder": ("encoder", "decoder")}
     scheme = scheme_row(config)
     # Any other row that does not declare split heads (a new norm, say) keeps every attention whole: exact anyway.
     others_split = all(used.tensor_parallel == TP_SPLIT for used in rows_of(config) if used is not scheme)
     split_heads = config.num_key_value_heads > 1 and others_split
     plan: dict[str, str] = {}
-    for stack in stacks[config.architecture]:
-        layers = f"{stack}.layers.*"
+    for stack in STACKS[config.architecture]:
+        layers = f"{stack}layers.*"
         if split_heads and scheme.tensor_parallel == TP_SPLIT:
             plan |= attention_tp_plan(f"{layers}.self_attn")
-            plan |= {f"{stack}.{scheme.module_name}.{name}": style for name, style in scheme.tensor_parallel_plan}
-        if split_heads and stack == "decoder" and config.is_encoder_decoder:
+            plan |= {f"{stack}{scheme.module_name}.{name}": style for name, style in scheme.tensor_parallel_plan}
+        if split_heads and stack == "decoder." and config.is_encoder_decoder:
             plan |= attention_tp_plan(f"{layers}.cross_attn")
         if config.gated_ffn:
             plan[f"{layers}.mlp.gate_proj"] = "colwise"
@@ -191,13 +195,13 @@ def pipeline_parallel_plan(config: Any) -> dict[str, tuple[list[str], list[str]]
     adds_to_embeddings = scheme_row(config).adds_to_embeddings or config.embedding_norm or config.type_vocab_size
     if adds_to_embeddings or any(variant.pipeline_refusal for variant in rows_of(config)):
         return None
-    stack = "decoder" if config.is_decoder else "encoder"
+    (stack,) = STACKS[config.architecture]
     plan = {
         "embed_tokens": (["input_ids"], ["inputs_embeds"]),
-        f"{stack}.layers": (["hidden_states", "attention_mask"], ["hidden_states"]),
+        f"{stack}layers": (["hidden_states", "attention_mask"], ["hidden_states"]),
     }
     if config.final_norm:
-        plan[f"{stack}.final_norm"] = (["hidden_states"], ["hidden_states"])
+        plan[f"{stack}final_norm"] = (["hidden_states"], ["hidden_states"])
     return plan
 
 

@@ -294,6 +294,7 @@ def test_the_early_checks_read_vanillaconfigs_own_defaults_and_each_familys_stac
     import hf_vanilla as hv
     from hf_vanilla import variants
     from hf_vanilla.commands import declared_default, family_stacks
+    from hf_vanilla.modeling_vanilla import stacks_of
     from tests.factories import tiny_config
 
     own = inspect.get_annotations(hv.VanillaConfig)
@@ -302,7 +303,7 @@ def test_the_early_checks_read_vanillaconfigs_own_defaults_and_each_familys_stac
     assert len(declared) > 40 and {name: declared_default(name) for name in declared} == declared
     for family in variants.values("architecture"):
         model = hv.VanillaModel(tiny_config(family))
-        assert family_stacks(family) == tuple(name for name in ("encoder", "decoder") if getattr(model, name)), family
+        assert family_stacks(family) == tuple(stacks_of(model)), family
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -159,7 +159,7 @@ def test_preset_overrides_and_unknown_preset():
 def test_explicit_head_dim_need_not_divide_hidden_size():
     config = tiny_config("decoder", "rope", hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=16)
     model = hv.VanillaForCausalLM(config)
-    assert model.model.decoder.layers[0].self_attn.q_proj.out_features == 64
+    assert model.model.layers[0].self_attn.q_proj.out_features == 64
     ids = torch.tensor([[3, 4, 5]])
     assert model(input_ids=ids).logits.shape == (1, 3, config.vocab_size)
 

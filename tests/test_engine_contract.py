@@ -131,7 +131,7 @@ def test_automodel_loads_and_builds_every_family_in_a_process_without_the_packag
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split("\n")[:3] == [
         "LOADED encoder VanillaModel VanillaModel",
-        "LOADED decoder VanillaModel VanillaDecoder",
+        "LOADED decoder VanillaModel VanillaModel",
         "LOADED encoder-decoder VanillaModel VanillaDecoder",
     ]
 
@@ -196,7 +196,8 @@ def refusing_positional_arguments(init):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_bare_model_builds_its_stacks_as_an_engine_wraps_them(family, monkeypatch):
-    for stack in (modeling_vanilla.VanillaEncoder, modeling_vanilla.VanillaDecoder):
+    # the decoder family's bare model is its own causal stack: what an engine wraps
+    for stack in (modeling_vanilla.VanillaEncoder, modeling_vanilla.VanillaDecoder, hv.VanillaModel):
         monkeypatch.setattr(stack, "__init__", refusing_positional_arguments(stack.__init__))
     config = tiny_config(family, "rope", num_decoder_layers=3 if family == "encoder-decoder" else None)
     with torch.device("meta"):
@@ -205,19 +206,24 @@ def test_the_bare_model_builds_its_stacks_as_an_engine_wraps_them(family, monkey
     # one token embedding, the bare model's; the stacks borrow it
     assert [name for name, _ in model.named_parameters() if "embed_tokens" in name] == ["embed_tokens.weight"]
     if family != "encoder":
-        assert len(model.decoder.layers) == (3 if family == "encoder-decoder" else 2)
-        assert model.decoder.has_cross_attention == (family == "encoder-decoder")
+        causal = model.get_decoder()
+        assert (causal is model) == (family == "decoder")
+        assert len(causal.layers) == (3 if family == "encoder-decoder" else 2)
+        assert causal.has_cross_attention == (family == "encoder-decoder")
 
 
 @pytest.mark.parametrize("family", ["encoder", "decoder"])
 def test_a_stack_built_alone_computes_what_it_computes_inside_the_bare_model(family):
     torch.manual_seed(0)
     model = hv.VanillaModel(tiny_config(family, "learned")).eval()
-    stack = model.encoder if family == "encoder" else model.decoder
-    alone = type(stack)(model.config).eval()
-    assert [name for name, _ in alone.named_parameters()] == ["embed_tokens.weight"] + [
-        name for name, _ in stack.named_parameters()]
-    alone.load_state_dict({"embed_tokens.weight": model.embed_tokens.weight, **stack.state_dict()})
+    if family == "encoder":
+        alone = modeling_vanilla.VanillaEncoder(model.config).eval()
+        weights = {"embed_tokens.weight": model.embed_tokens.weight, **model.encoder.state_dict()}
+    else:  # the decoder family's bare model is its own causal stack: the same parts, under the same names
+        alone = modeling_vanilla.VanillaDecoder(model.config).eval()
+        weights = model.state_dict()
+    assert [name for name, _ in alone.named_parameters()] == list(weights)
+    alone.load_state_dict(weights)
     ids = torch.tensor([[3, 9, 4, 7]])
     with torch.no_grad():
         torch.testing.assert_close(alone(input_ids=ids).last_hidden_state, model(input_ids=ids).last_hidden_state,

@@ -46,7 +46,7 @@ def test_num_parameters_counts_tied_weights_once():
     model = tiny_model("decoder", "learned")
     unique = {p.data_ptr(): p.numel() for p in model.parameters()}
     assert model.num_parameters() == sum(unique.values())
-    embeddings = model.model.embed_tokens.weight.numel() + model.model.decoder.positions.embeddings.weight.numel()
+    embeddings = model.model.embed_tokens.weight.numel() + model.model.positions.embeddings.weight.numel()
     assert model.num_parameters(exclude_embeddings=True) == model.num_parameters() - embeddings
 
 

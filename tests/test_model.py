@@ -190,10 +190,10 @@ def test_forward_signatures_advertise_transformers_kwargs(name):
     assert {"output_attentions", "output_hidden_states", "num_items_in_batch"} <= advertised.__optional_keys__
 
 
-#: Modules a model has beyond its twin's, (once, per layer of each stack), each for a reason: Llama's, the decoder stack
-#: every family shares (``model.decoder``); BART's, the feed-forward network held as one module (``mlp``, as Llama's:
-#: vLLM's GLU fusion traces it as a unit) where BART holds fc1/fc2 on the layer.
-MODULES_BEYOND_THE_TWINS = {"llama": (1, 0), "gpt2": (0, 0), "bert": (0, 0), "bart": (0, 1)}
+#: Modules a model has beyond its twin's, (once, per layer of each stack), each for a reason: BART's, the feed-forward
+#: network held as one module (``mlp``, as Llama's: vLLM's GLU fusion traces it as a unit) where BART holds fc1/fc2 on
+#: the layer. The decoder family's bare model is its own stack, as LlamaModel: nothing beyond Llama's.
+MODULES_BEYOND_THE_TWINS = {"llama": (0, 0), "gpt2": (0, 0), "bert": (0, 0), "bart": (0, 1)}
 
 
 @pytest.mark.parametrize("pair_name", sorted(MODULES_BEYOND_THE_TWINS))
@@ -221,7 +221,7 @@ def test_the_rope_module_is_found_where_transformers_rope_tests_look_and_scales_
     found = [(name, module) for name, module in model.named_modules()
              if any(part in name for part in ("rotary_emb", "pos_emb"))
              and list(inspect.signature(module.__init__).parameters)[:1] == ["config"]]
-    assert found and all(name.endswith(".rotary_emb") for name, _ in found), [name for name, _ in found]
+    assert found and all(name.split(".")[-1] == "rotary_emb" for name, _ in found), [name for name, _ in found]
     rope_class = type(found[0][1])
     x, positions = torch.randn(1), torch.arange(30)[None]
     cos, sin = rope_class(config=config)(x, positions)

@@ -83,6 +83,52 @@ def test_a_folder_saved_with_the_old_norm_names_loads_exactly_and_is_saved_again
         torch.testing.assert_close(resumed(**inputs).logits, model(**inputs).logits, rtol=0, atol=0)
 
 
+def with_old_stack_names(name: str, prefix: str) -> str:
+    """A decoder-family name as saved before its bare model was its own causal stack: every part but the token
+    embedding under ``decoder.`` (``model.decoder.layers.0...``; a bare model's ``decoder.layers.0...``)."""
+    if not name.startswith(prefix) or name.startswith(prefix + "embed_tokens."):
+        return name
+    return f"{prefix}decoder.{name.removeprefix(prefix)}"
+
+
+@pytest.mark.parametrize("saved_class", ["VanillaForCausalLM", "VanillaModel"])
+def test_a_decoder_folder_saved_with_the_stack_names_before_it_loads_exactly_and_is_saved_again_with_todays(
+        saved_class, tmp_path):
+    """Folders saved before the decoder family's bare model was its own stack (as LlamaModel) load into either
+    class, by from_pretrained and by load_state_dict (Trainer's resume, PEFT), the older norm names too; a folder
+    saved again holds the names of the modules. An encoder-decoder's ``model.decoder`` keeps its name (every
+    other test that reloads one)."""
+    head = tiny_model("decoder", "learned", norm_position="pre", embedding_norm=True)
+    with torch.no_grad():  # away from their initial values: a tensor left unread could not pass for loaded
+        for tensor in head.parameters():
+            tensor.normal_()
+    model = head if saved_class == "VanillaForCausalLM" else head.model
+    prefix = "model." if model is head else ""
+    ids = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
+    with torch.no_grad():
+        expected = head.model(input_ids=ids).last_hidden_state
+    model.save_pretrained(tmp_path / "old")
+    saved = load_file(tmp_path / "old" / "model.safetensors")
+    old = {with_old_norm_names(with_old_stack_names(name, prefix)): tensor for name, tensor in saved.items()}
+    assert sum(name.startswith(prefix + "decoder.layers.") for name in old) >= 8  # the folder has the old names
+    save_file(old, tmp_path / "old" / "model.safetensors", metadata={"format": "pt"})
+    for auto in (AutoModel, AutoModelForCausalLM):
+        loaded, info = auto.from_pretrained(tmp_path / "old", output_loading_info=True)
+        assert not info["missing_keys"] and not info["unexpected_keys"], (auto, info)
+        bare = loaded.eval() if isinstance(loaded, hv.VanillaModel) else loaded.model.eval()
+        with torch.no_grad():
+            torch.testing.assert_close(bare(input_ids=ids).last_hidden_state, expected, rtol=0, atol=0)
+    loaded = type(model).from_pretrained(tmp_path / "old")
+    loaded.save_pretrained(tmp_path / "again")
+    assert sorted(stored_names(tmp_path / "again")) == sorted(saved)
+    resumed = type(model)(model.config)
+    result = resumed.load_state_dict(old, strict=False)  # strict=False as Trainer: the tied head is not stored
+    assert not result.unexpected_keys and set(result.missing_keys) <= {"lm_head.weight"}, result
+    with torch.no_grad():
+        bare = resumed.eval() if isinstance(resumed, hv.VanillaModel) else resumed.model.eval()
+        torch.testing.assert_close(bare(input_ids=ids).last_hidden_state, expected, rtol=0, atol=0)
+
+
 def test_untied_output_projection_is_stored(tmp_path):
     model = tiny_model("decoder", "rope", tie_word_embeddings=False)
     model.save_pretrained(tmp_path)

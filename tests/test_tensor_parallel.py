@@ -120,19 +120,20 @@ def plan_of(**fields) -> dict[str, str]:
 
 def test_tp_plan_follows_the_ffn_the_heads_and_the_positions():
     plain, gated = plan_of(gated_ffn=False), plan_of(gated_ffn=True)
-    assert "decoder.layers.*.mlp.gate_proj" not in plain and gated["decoder.layers.*.mlp.gate_proj"] == "colwise"
-    assert plain["decoder.layers.*.self_attn.k_proj"] == "colwise" and plain["decoder.layers.*.mlp.down_proj"] == "rowwise"
+    assert "layers.*.mlp.gate_proj" not in plain and gated["layers.*.mlp.gate_proj"] == "colwise"
+    assert plain["layers.*.self_attn.k_proj"] == "colwise" and plain["layers.*.mlp.down_proj"] == "rowwise"
     whole_attention = [plan_of(num_key_value_heads=1), plan_of(scheme="alibi")]
     assert all(not any("self_attn" in key for key in plan) for plan in whole_attention)
     relative = plan_of(scheme="relative")
-    assert relative["decoder.positions.relative_attention_bias.weight"] == "embedding_colwise"
-    assert relative["decoder.positions.relative_attention_bias"] == "local_params"
+    assert relative["positions.relative_attention_bias.weight"] == "embedding_colwise"
+    assert relative["positions.relative_attention_bias"] == "local_params"
     assert not any("relative_attention_bias" in key for key in plan_of(scheme="relative", num_key_value_heads=1))
 
 
 def test_tp_plan_follows_the_family():
-    stacks = {family: {key.split(".")[0] for key in plan_of(family=family)} for family in FAMILIES}
-    assert stacks == {"encoder": {"encoder"}, "decoder": {"decoder"}, "encoder-decoder": {"encoder", "decoder"}}
+    # the decoder family's bare model is its own causal stack: its layers' names start the plan's keys
+    stacks = {family: {key.partition("layers.")[0] for key in plan_of(family=family)} for family in FAMILIES}
+    assert stacks == {"encoder": {"encoder."}, "decoder": {""}, "encoder-decoder": {"encoder.", "decoder."}}
     seq2seq = plan_of(family="encoder-decoder", scheme="alibi")
     assert seq2seq["decoder.layers.*.cross_attn.v_proj"] == "colwise"  # ALiBi biases self-attention only
     assert not any("cross_attn" in key for key in plan_of(family="decoder"))
@@ -141,7 +142,7 @@ def test_tp_plan_follows_the_family():
 def test_plans_follow_fields_changed_after_construction():
     config = tiny_config()
     config.gated_ffn = True
-    assert "decoder.layers.*.mlp.gate_proj" in config.base_model_tp_plan
+    assert "layers.*.mlp.gate_proj" in config.base_model_tp_plan
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -162,7 +163,7 @@ def test_saved_plans_are_derived_again_on_load(tmp_path, caplog):
     written = json.loads((tmp_path / "config.json").read_text())
     assert not {"base_model_tp_plan", "base_model_pp_plan"} & written.keys()
     assert hv.VanillaConfig.from_pretrained(tmp_path).base_model_tp_plan == model.config.base_model_tp_plan
-    written["base_model_tp_plan"] = {"decoder.layers.*.mlp.gate_proj": "rowwise"}
+    written["base_model_tp_plan"] = {"layers.*.mlp.gate_proj": "rowwise"}
     (tmp_path / "config.json").write_text(json.dumps(written))
     with caplog.at_level("WARNING"):
         reloaded = hv.VanillaForCausalLM.from_pretrained(tmp_path)

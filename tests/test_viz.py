@@ -221,7 +221,7 @@ def test_post_norm_keeps_the_residual_stream_normalised(tmp_path):
     # The blocks' own outputs, as output_hidden_states reports them, except the last: that one is
     # reported after the pre-norm stack's final norm (RMS ~1), which would hide the residual stream.
     with torch.no_grad():
-        states = model_pre.model.decoder(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+        states = model_pre.model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
     by_hand = torch.stack([(s.pow(2).mean(-1).sqrt() * mask).sum() / mask.sum() for s in states])
     torch.testing.assert_close(norms["pre"][:-1], by_hand[:-1])
     assert by_hand[-1] == pytest.approx(1.0, abs=1e-3) and abs(norms["pre"][-1].item() - 1.0) > 0.1

@@ -56,7 +56,7 @@ from .. import register  # noqa: E402
 from ..checkpoint import load_complete  # noqa: E402
 from ..configuration_vanilla import VanillaConfig  # noqa: E402
 from ..errors import HfVanillaError, refuse  # noqa: E402
-from ..modeling_vanilla import VanillaDecoder, VanillaEncoder  # noqa: E402
+from ..modeling_vanilla import stacks_of  # noqa: E402
 from ..positional import (  # noqa: E402
     ALiBiPositions,
     RelativePositionBias,
@@ -762,8 +762,7 @@ def hidden_state_norms(model: torch.nn.Module, **inputs: Any) -> dict[str, torch
     other models the hidden states are used as reported.
     """
     family = model_family(model)
-    stacks = {"encoder" if isinstance(m, VanillaEncoder) else "decoder": m
-              for m in model.modules() if isinstance(m, VanillaEncoder | VanillaDecoder)}
+    stacks = stacks_of(model)
     caught: dict[str, list[torch.Tensor]] = {kind: [] for kind in stacks}
     handles = []
     for kind, stack in stacks.items():

@@ -58,9 +58,9 @@ def test_a_checkpoint_without_its_q_proj_weights_or_with_a_stray_weight_is_refus
     assert not (tmp_path / "a.png").exists()
 
     saved_decoder(folder)
-    edit_weights(folder, add="model.decoder.smuggled")
+    edit_weights(folder, add="model.smuggled")
     assert cli.main(COMMANDS[command](folder, tmp_path)) == 2
-    one_line_error(capsys, "model.decoder.smuggled", "does not use")
+    one_line_error(capsys, "model.smuggled", "does not use")
 
 
 def test_evaluate_refuses_a_run_whose_weights_lack_q_proj(

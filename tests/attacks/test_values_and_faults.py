@@ -174,11 +174,11 @@ def test_the_packages_loader_refuses_missing_weights_naming_them(tmp_path):
     """transformers initialises missing weights at random (with a warning); convert must not pass them on."""
     tiny_model("decoder", "learned").save_pretrained(tmp_path)
     weights = load_file(tmp_path / "model.safetensors")
-    del weights["model.decoder.layers.1.mlp.up_proj.weight"]
+    del weights["model.layers.1.mlp.up_proj.weight"]
     save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(ValueError, match=r"lacks weights .*\['model.decoder.layers.1.mlp.up_proj.weight'\]"):
+    with pytest.raises(ValueError, match=r"lacks weights .*\['model.layers.1.mlp.up_proj.weight'\]"):
         load_complete(hv.VanillaForCausalLM, tmp_path)
-    with pytest.raises(ValueError, match=r"model.decoder.layers.1.mlp.up_proj.weight"):
+    with pytest.raises(ValueError, match=r"model.layers.1.mlp.up_proj.weight"):
         convert_checkpoint(tmp_path, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
