@@ -197,6 +197,33 @@ def test_save_and_reload_with_trust_remote_code_gives_the_same_logits(files, tmp
     assert result.stdout.split() == [word for _, auto in cases for word in ("RELOADED", auto)], result.stderr[-3000:]
 
 
+def test_a_decoder_folder_under_older_names_loads_exactly_on_this_release(files, tmp_path):
+    """A decoder saved before its bare model was its own stack (``model.decoder.layers.N``), with the norm names from
+    before each block held its norms (``self_attn_step.norm``): transformers' weight renaming on this release reads
+    both, and the logits are the model's."""
+    from safetensors.torch import load_file, save_file
+
+    model = tiny_model(files, "decoder", "rope", norm_position="pre")
+    with torch.no_grad():  # away from their initial values: a tensor left unread could not pass for loaded
+        for tensor in model.parameters():
+            tensor.normal_()
+    model.save_pretrained(tmp_path)
+    saved = load_file(tmp_path / "model.safetensors")
+    old = {}
+    for name, tensor in saved.items():
+        if not name.startswith("model.embed_tokens."):
+            name = name.replace("model.", "model.decoder.", 1)
+        for sublayer in ("self_attn", "mlp"):
+            name = name.replace(f".{sublayer}_norm.", f".{sublayer}_step.norm.")
+        old[name] = tensor
+    assert sum(name.startswith("model.decoder.layers.") for name in old) >= 8  # the folder really has the old names
+    save_file(old, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    loaded, info = type(model).from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    inputs = padded_inputs("decoder")
+    torch.testing.assert_close(logits_of(loaded.eval(), inputs), logits_of(model, inputs), rtol=0, atol=0)
+
+
 def test_release_numbers_reads_released_and_development_versions(files):
     release_numbers = sys.modules[files.__name__.rpartition(".")[0] + ".transformers_releases"].release_numbers
     assert release_numbers("5.16.1") == (5, 16, 1)
