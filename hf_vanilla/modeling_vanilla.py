@@ -644,6 +644,8 @@ class VanillaPreTrainedModel(InitialisesItself, PreTrainedModel):
         if not checked:
             self.check_config(config)
         super().__init__(config, *args, **kwargs)
+        # PEFT reads an adapter saved under older names through this mapping (transformers' own renamed models' way)
+        self._checkpoint_conversion_mapping = legacy_key_names(config.architecture)
 
     def check_config(self, config: VanillaConfig) -> None:
         """What building a model from ``config`` refuses, once a build: a class of another family, an attention

@@ -115,6 +115,39 @@ def test_peft_lora_with_default_targets_saves_and_reloads(tmp_path):
     with torch.no_grad():
         expected = lora(input_ids=ids, attention_mask=mask).logits
     lora.save_pretrained(tmp_path)
-    reloaded = peft.PeftModel.from_pretrained(tiny_model("decoder", "rope"), tmp_path).eval()
+    base = tiny_model("decoder", "rope")
+    torch.manual_seed(1)  # the reloaded adapter's layers start from other draws: only loading makes them equal
+    reloaded = peft.PeftModel.from_pretrained(base, tmp_path).eval()
     with torch.no_grad():
         torch.testing.assert_close(reloaded(input_ids=ids, attention_mask=mask).logits, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("base_class", ["VanillaForCausalLM", "VanillaModel"])
+def test_a_lora_adapter_saved_under_the_decoders_older_names_loads_exactly(base_class, tmp_path):
+    """An adapter saved before the decoder family's bare model was its own stack names its layers
+    ``base_model.model.model.decoder.layers.N`` (a bare model's ``...model.decoder.layers.N``): PEFT maps them through
+    the base model's ``_checkpoint_conversion_mapping``, as for transformers' own renamed models."""
+    peft = pytest.importorskip("peft")
+    from safetensors.torch import load_file, save_file
+
+    def base():
+        head = tiny_model("decoder", "rope")
+        return head if base_class == "VanillaForCausalLM" else head.model
+
+    lora = peft.get_peft_model(base(), peft.LoraConfig(r=4, lora_alpha=8, init_lora_weights=False)).eval()
+    ids = torch.tensor([[3, 4, 5, 6, 7]])
+    with torch.no_grad():
+        expected = lora(input_ids=ids).last_hidden_state if base_class == "VanillaModel" else lora(input_ids=ids).logits
+    lora.save_pretrained(tmp_path)
+    weights = tmp_path / "adapter_model.safetensors"
+    stack = "base_model.model.model." if base_class == "VanillaForCausalLM" else "base_model.model."
+    old = {name.replace(stack, stack + "decoder.", 1): tensor for name, tensor in load_file(weights).items()}
+    assert all(".decoder.layers." in name for name in old)
+    save_file(old, weights, metadata={"format": "pt"})
+    fresh = base()
+    torch.manual_seed(1)  # the reloaded adapter's layers start from other draws: only loading makes them equal
+    reloaded = peft.PeftModel.from_pretrained(fresh, tmp_path).eval()
+    with torch.no_grad():
+        outputs = reloaded(input_ids=ids)
+        got = outputs.last_hidden_state if base_class == "VanillaModel" else outputs.logits
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
