@@ -457,9 +457,9 @@ LEGACY_KEY_NAMES = {r"\.(self_attn|cross_attn|mlp)_step\.norm\.": r".\1_norm."}
 LEGACY_DECODER_FAMILY_NAMES = {r"^model\.decoder\.": "model.", r"^decoder\.": ""}
 
 
-def legacy_key_names(family: str | None) -> dict[str, str]:
-    """The renamings that read older checkpoints of ``family`` (the config's ``architecture``)."""
-    return {**LEGACY_KEY_NAMES, **(LEGACY_DECODER_FAMILY_NAMES if family == "decoder" else {})}
+def legacy_key_names(is_decoder: bool) -> dict[str, str]:
+    """The renamings that read older checkpoints: the decoder family's (the config's ``is_decoder``) and everyone's."""
+    return {**LEGACY_KEY_NAMES, **(LEGACY_DECODER_FAMILY_NAMES if is_decoder else {})}
 
 
 def legacy_renamed(name: str) -> str:
@@ -489,7 +489,7 @@ def read_legacy_stack_names(module: nn.Module, state_dict: dict, prefix: str, *a
 
 def is_legacy_renaming(transform: object) -> bool:
     """Whether a transform transformers made from ``key_mapping`` is one of the legacy renamings."""
-    legacy = legacy_key_names("decoder")  # every renaming: the decoder family reads them all
+    legacy = legacy_key_names(is_decoder=True)  # every renaming: the decoder family reads them all
     return getattr(transform, "_original_source_patterns", None) in [[old] for old in legacy]
 
 
@@ -499,21 +499,22 @@ CONFIG_READING_ARGUMENTS = (
 )
 
 
-def checkpoint_family(config_class: type, location: Any, kwargs: dict) -> str | None:
-    """The family (``architecture``) of the folder ``from_pretrained`` was given, from its config: the one given, or
-    its config.json read as transformers reads it. None where none can be read: transformers says why."""
+def checkpoint_is_decoder(config_class: type, location: Any, kwargs: dict) -> bool:
+    """Whether the folder ``from_pretrained`` was given holds the decoder family, by its config's ``is_decoder``: the
+    config given, or its config.json (every config saves the flag it derives), read as transformers reads it. False
+    where none can be read: transformers says why."""
     config = kwargs.get("config")
     if isinstance(config, PreTrainedConfig):
-        return getattr(config, "architecture", None)
+        return config.is_decoder
     source = config if config is not None else location  # a config given as a folder's name or path
     if source is None:
-        return None
+        return False
     reading = {name: kwargs[name] for name in CONFIG_READING_ARGUMENTS if name in kwargs}
     try:
         config_dict, _ = config_class.get_config_dict(source, **reading)
     except (OSError, ValueError):
-        return None
-    return config_dict.get("architecture")
+        return False
+    return bool(config_dict.get("is_decoder"))
 
 
 class VanillaBlock(GradientCheckpointingLayer):
@@ -645,7 +646,7 @@ class VanillaPreTrainedModel(InitialisesItself, PreTrainedModel):
             self.check_config(config)
         super().__init__(config, *args, **kwargs)
         # PEFT reads an adapter saved under older names through this mapping (transformers' own renamed models' way)
-        self._checkpoint_conversion_mapping = legacy_key_names(config.architecture)
+        self._checkpoint_conversion_mapping = legacy_key_names(config.is_decoder)
 
     def check_config(self, config: VanillaConfig) -> None:
         """What building a model from ``config`` refuses, once a build: a class of another family, an attention
@@ -669,7 +670,7 @@ class VanillaPreTrainedModel(InitialisesItself, PreTrainedModel):
         loaded from, so the renaming is dropped from what the model remembers, and every folder it saves holds the
         names of its modules (the names vLLM and the conversions read)."""
         location = args[0] if args else kwargs.get("pretrained_model_name_or_path")
-        legacy = legacy_key_names(checkpoint_family(cls.config_class, location, kwargs))
+        legacy = legacy_key_names(checkpoint_is_decoder(cls.config_class, location, kwargs))
         loaded = super().from_pretrained(*args, key_mapping={**legacy, **(key_mapping or {})}, **kwargs)
         model = loaded[0] if isinstance(loaded, tuple) else loaded  # (model, loading_info) when asked for it
         remembered = getattr(model, "_weight_conversions", None) or []
@@ -1031,9 +1032,8 @@ class VanillaModel(CausalStack, VanillaPreTrainedModel):
             if VanillaForMaskedLM.__name__ in (config.architectures or ()):  # vLLM pools a masked-LM folder's encoder:
                 # the head's weights are there but unread (vLLM drops these keys too, as it builds this class alone)
                 self._keys_to_ignore_on_load_unexpected = list(VanillaForMaskedLM.head_weights)
-        family = config.architecture
         self.encoder = self.decoder = None
-        if family == "decoder":
+        if config.is_decoder:  # its own causal stack, as LlamaModel
             self.build_stack(config, causal=True, num_layers=config.num_hidden_layers, token_embedding=None)
             self.register_load_state_dict_pre_hook(read_legacy_stack_names)
         else:
@@ -1042,13 +1042,13 @@ class VanillaModel(CausalStack, VanillaPreTrainedModel):
             # positional argument than the config.
             stack = {"token_embedding": self.embed_tokens, "checked": True}
             self.encoder = VanillaEncoder(config, **stack)
-            self.decoder = VanillaDecoder(config, **stack) if family == "encoder-decoder" else None
+            self.decoder = VanillaDecoder(config, **stack) if config.is_encoder_decoder else None
         self.post_init()
 
     def parts_drawn_first(self) -> list[nn.Module]:
         # The decoder family's stack parts before its token embedding, as when they were a stack with a post_init of
         # its own: a seed gives every weight the values it gave then.
-        own_stack = "layers" in self._modules
+        own_stack = self.config.is_decoder
         return [module for name, module in self.named_children() if name != "embed_tokens"] if own_stack else []
 
     def get_input_embeddings(self) -> VanillaTokenEmbedding:

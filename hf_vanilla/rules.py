@@ -150,9 +150,12 @@ def attention_tp_plan(prefix: str) -> dict[str, str]:
     return {f"{prefix}.{name}_proj": "colwise" for name in "qkv"} | {f"{prefix}.o_proj": "rowwise"}
 
 
-#: Where each family's blocks sit in its bare model, as a prefix of their names: the decoder family's model is its
-#: own causal stack (``layers.*``, as LlamaModel's); the others hold theirs in ``encoder`` (and ``decoder``).
-STACKS = {"encoder": ("encoder.",), "decoder": ("",), "encoder-decoder": ("encoder.", "decoder.")}
+def stack_prefixes(config: Any) -> tuple[str, ...]:
+    """Where the bare model holds its blocks, as prefixes of their names: an encoder-decoder's two stacks, the decoder
+    family's own layers (its bare model is its own causal stack, ``layers.*``, as LlamaModel's), an encoder's."""
+    if config.is_encoder_decoder:
+        return ("encoder.", "decoder.")
+    return ("",) if config.is_decoder else ("encoder.",)
 
 
 def tensor_parallel_plan(config: Any) -> dict[str, str]:
@@ -172,7 +175,7 @@ def tensor_parallel_plan(config: Any) -> dict[str, str]:
     others_split = all(used.tensor_parallel == TP_SPLIT for used in rows_of(config) if used is not scheme)
     split_heads = config.num_key_value_heads > 1 and others_split
     plan: dict[str, str] = {}
-    for stack in STACKS[config.architecture]:
+    for stack in stack_prefixes(config):
         layers = f"{stack}layers.*"
         if split_heads and scheme.tensor_parallel == TP_SPLIT:
             plan |= attention_tp_plan(f"{layers}.self_attn")
@@ -195,7 +198,7 @@ def pipeline_parallel_plan(config: Any) -> dict[str, tuple[list[str], list[str]]
     adds_to_embeddings = scheme_row(config).adds_to_embeddings or config.embedding_norm or config.type_vocab_size
     if adds_to_embeddings or any(variant.pipeline_refusal for variant in rows_of(config)):
         return None
-    (stack,) = STACKS[config.architecture]
+    (stack,) = stack_prefixes(config)
     plan = {
         "embed_tokens": (["input_ids"], ["inputs_embeds"]),
         f"{stack}layers": (["hidden_states", "attention_mask"], ["hidden_states"]),
