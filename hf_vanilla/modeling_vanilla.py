@@ -645,8 +645,9 @@ class VanillaPreTrainedModel(InitialisesItself, PreTrainedModel):
         if not checked:
             self.check_config(config)
         super().__init__(config, *args, **kwargs)
-        # PEFT reads an adapter saved under older names through this mapping (transformers' own renamed models' way)
-        self._checkpoint_conversion_mapping = legacy_key_names(config.is_decoder)
+        # PEFT reads a decoder's adapter saved under the older stack names through this mapping (transformers' own
+        # renamed models' way); an adapter holds projections, never the norms LEGACY_KEY_NAMES renames
+        self._checkpoint_conversion_mapping = dict(LEGACY_DECODER_FAMILY_NAMES) if config.is_decoder else {}
 
     def check_config(self, config: VanillaConfig) -> None:
         """What building a model from ``config`` refuses, once a build: a class of another family, an attention
